@@ -1,0 +1,53 @@
+# fairway — run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+PKGS      ?= ./...
+SERVICES  := scripts/dev-services.sh
+ENVFILE   := .dev/services.env
+# Load the addresses scripts/dev-services.sh wrote (DATABASE_URL, CLICKHOUSE_ADDR).
+WITH_ENV  := set -a; . ./$(ENVFILE); set +a;
+BENCHTIME ?= 2s
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: services
+services: ## Make PostgreSQL and ClickHouse reachable (installs/starts private servers in .dev/ if needed)
+	@bash $(SERVICES)
+
+.PHONY: services-stop
+services-stop: ## Stop the private servers `make services` started
+	@bash scripts/stop-services.sh
+
+.PHONY: demo
+demo: services ## Run the whole pipeline in one process with a noisy tenant and many small ones
+	@$(WITH_ENV) $(GO) run ./cmd/fairway demo $(DEMO_ARGS)
+
+.PHONY: test
+test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStream) with -race
+	@$(GO) vet $(PKGS)
+	@$(WITH_ENV) $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 1m)
+	@bash scripts/fuzz.sh $(or $(FUZZTIME),1m)
+
+.PHONY: bench
+bench: services ## Run the benchmarks against the real servers and write .bench/results.md
+	@mkdir -p .bench
+	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m $(PKGS) | tee .bench/raw.txt
+	@$(GO) run ./internal/benchtable < .bench/raw.txt > .bench/results.md
+	@cat .bench/results.md
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	@$(GO) vet $(PKGS)
+	@$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+
+.PHONY: build
+build: ## Build the binaries into bin/
+	@$(GO) build -o bin/ ./cmd/...

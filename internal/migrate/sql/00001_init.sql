@@ -1,0 +1,5 @@
+-- +goose Up
+CREATE SCHEMA IF NOT EXISTS fairway;
+
+-- +goose Down
+DROP SCHEMA IF EXISTS fairway CASCADE;

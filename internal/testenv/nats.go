@@ -1,0 +1,51 @@
+package testenv
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// NATS starts an embedded JetStream server on a free loopback port with its
+// store in t.TempDir() and returns it with a connected client. Both are shut
+// down when the test ends.
+func NATS(t testing.TB) (*server.Server, *nats.Conn) {
+	t.Helper()
+	srv := NATSServer(t, t.TempDir())
+	nc, err := nats.Connect(srv.ClientURL(), nats.Name(t.Name()))
+	if err != nil {
+		t.Fatalf("connect to embedded nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return srv, nc
+}
+
+// NATSServer starts an embedded JetStream server storing into dir. It is shut
+// down at cleanup. Use it directly when a test restarts a server on the same
+// store.
+func NATSServer(t testing.TB, dir string) *server.Server {
+	t.Helper()
+	opts := &server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  dir,
+		NoLog:     true,
+		NoSigs:    true,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("embedded nats: %v", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("embedded nats did not become ready in 10s")
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	return srv
+}
