@@ -1,0 +1,186 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Headers set on every stored message. They repeat fields of the JSON body
+// so that operators and filters can read them without decoding; the body is
+// authoritative (NATS may trim whitespace around header values).
+const (
+	HeaderMsgID       = "Nats-Msg-Id"          // Event.Key(), JetStream's dedup key
+	HeaderTenant      = "Fairway-Tenant"       // Event.Tenant
+	HeaderProductID   = "Fairway-Product-Id"   // Event.ProductID
+	HeaderVersion     = "Fairway-Version"      // Event.Version, decimal
+	HeaderOp          = "Fairway-Op"           // Event.Op
+	HeaderOccurredAt  = "Fairway-Occurred-At"  // Event.OccurredAt, RFC 3339 with nanoseconds, UTC
+	HeaderPublishedAt = "Fairway-Published-At" // when the publisher sent it, RFC 3339 with nanoseconds, UTC
+	HeaderRequestID   = "Fairway-Request-Id"   // the ingest request or caller-supplied id; absent when none
+)
+
+// headerExpectedStream makes JetStream reject a message whose subject is
+// bound to another stream than the expected one.
+const headerExpectedStream = "Nats-Expected-Stream"
+
+// Msg returns the message that stores e: its subject, the headers above
+// (HeaderPublishedAt is the current time, HeaderRequestID is not set) and
+// the JSON of the whole event as data, tenant included. It validates e with
+// the default Limits first; callers with other limits validate themselves
+// and use a Publisher, or overwrite what they need on the returned message.
+func (e Event) Msg() (*nats.Msg, error) {
+	if err := e.Validate(Limits{}); err != nil {
+		return nil, err
+	}
+	return e.msg(time.Now().UTC().Format(time.RFC3339Nano), "", ""), nil
+}
+
+// msg builds the message for a validated event.
+func (e *Event) msg(publishedAt, requestID, expectStream string) *nats.Msg {
+	n := 7
+	if requestID != "" {
+		n++
+	}
+	if expectStream != "" {
+		n++
+	}
+	h := make(nats.Header, n)
+	h[HeaderMsgID] = []string{e.Key()}
+	h[HeaderTenant] = []string{e.Tenant}
+	h[HeaderProductID] = []string{e.ProductID}
+	h[HeaderVersion] = []string{strconv.FormatInt(e.Version, 10)}
+	h[HeaderOp] = []string{string(e.Op)}
+	h[HeaderOccurredAt] = []string{e.OccurredAt.UTC().Format(time.RFC3339Nano)}
+	h[HeaderPublishedAt] = []string{publishedAt}
+	if requestID != "" {
+		h[HeaderRequestID] = []string{requestID}
+	}
+	if expectStream != "" {
+		h[headerExpectedStream] = []string{expectStream}
+	}
+	return &nats.Msg{
+		Subject: SubjectPrefix + "." + e.Tenant + "." + string(e.Op),
+		Header:  h,
+		Data:    e.appendJSON(make([]byte, 0, 160+len(e.ProductID)+len(e.Payload)+len(e.IdempotencyKey))),
+	}
+}
+
+// MarshalJSON writes the event in its wire form. It is equivalent to the
+// struct tags, only faster, and writes occurred_at in UTC.
+func (e Event) MarshalJSON() ([]byte, error) {
+	if len(e.Payload) > 0 && !json.Valid(e.Payload) {
+		pos, msg := syntaxError(e.Payload)
+		return nil, &ValidationError{Field: "payload", Reason: fmt.Sprintf("is not valid JSON at byte %d: %s", pos, msg), Err: ErrMalformedJSON}
+	}
+	if y := e.OccurredAt.Year(); y < 0 || y > 9999 {
+		return nil, invalid("occurred_at", "year %d is outside 0..9999", y)
+	}
+	return e.appendJSON(nil), nil
+}
+
+// appendJSON appends the event's JSON. Payload must be valid JSON.
+func (e *Event) appendJSON(b []byte) []byte {
+	b = append(b, '{')
+	if e.Tenant != "" {
+		b = append(b, `"tenant":`...)
+		b = appendString(b, e.Tenant)
+		b = append(b, ',')
+	}
+	b = append(b, `"product_id":`...)
+	b = appendString(b, e.ProductID)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, e.Version, 10)
+	b = append(b, `,"op":`...)
+	b = appendString(b, string(e.Op))
+	b = append(b, `,"occurred_at":"`...)
+	b = e.OccurredAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	if len(e.Payload) > 0 {
+		b = append(b, `,"payload":`...)
+		b = append(b, e.Payload...)
+	}
+	if e.IdempotencyKey != "" {
+		b = append(b, `,"idempotency_key":`...)
+		b = appendString(b, e.IdempotencyKey)
+	}
+	return append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string, escaping as encoding/json does
+// (invalid UTF-8 becomes U+FFFD).
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// Decode parses the data of a stored message (Event.Msg) back into an
+// Event. Unlike the ingest Decoder it ignores unknown fields, so consumers
+// keep working when a newer publisher adds one, and it applies no size
+// limits (the publisher applied its own); every other rule of Validate holds.
+func Decode(data []byte) (Event, error) {
+	if !json.Valid(data) {
+		pos, msg := syntaxError(data)
+		return Event{}, &ValidationError{Reason: fmt.Sprintf("stored event is not valid JSON at byte %d: %s", pos, msg), Err: ErrMalformedJSON}
+	}
+	ev, _, err := parseEvent(data, false)
+	if err != nil {
+		return Event{}, err
+	}
+	if err := ev.Validate(noLimits); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}
+
+var noLimits = Limits{MaxPayloadBytes: math.MaxInt, MaxProductIDBytes: math.MaxInt, MaxKeyBytes: math.MaxInt}

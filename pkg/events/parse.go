@@ -1,0 +1,221 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"time"
+)
+
+// fieldNames lists the event fields, in the order error messages give them.
+const fieldNames = "tenant, product_id, version, op, occurred_at, payload, idempotency_key"
+
+// Bits of parsed.seen.
+const (
+	seenTenant = 1 << iota
+	seenProductID
+	seenVersion
+	seenOp
+	seenOccurredAt
+	seenPayload
+	seenKey
+)
+
+// parseEvent decodes one event object from raw, which must be valid JSON
+// (callers check json.Valid first, so everything left to report is about the
+// content). strict rejects unknown fields; field names are case-sensitive and
+// may appear once. A null value counts as absent. The returned event does
+// not alias raw. hasOccurredAt reports whether occurred_at was given.
+func parseEvent(raw []byte, strict bool) (ev Event, hasOccurredAt bool, err error) {
+	p := skipWS(raw, 0)
+	if p >= len(raw) || raw[p] != '{' {
+		kind := "nothing"
+		if p < len(raw) {
+			kind = jsonKind(raw[p])
+		}
+		return ev, false, invalid("", "an event must be a JSON object, got %s", kind)
+	}
+	p++
+	var seen int
+	for {
+		p = skipWS(raw, p)
+		if raw[p] == '}' {
+			break
+		}
+		if raw[p] == ',' {
+			p = skipWS(raw, p+1)
+		}
+		kEnd := valueEnd(raw, p)
+		key, err := unquote(raw[p:kEnd])
+		if err != nil {
+			return ev, false, invalid("", "bad field name: %v", err)
+		}
+		p = skipWS(raw, kEnd)
+		p = skipWS(raw, p+1) // ':'
+		vEnd := valueEnd(raw, p)
+		val := raw[p:vEnd]
+		p = vEnd
+
+		bit, known := fieldBit(key)
+		if !known {
+			if strict {
+				return ev, false, invalid("", "unknown field %s (fields are case-sensitive: %s)", quote(key), fieldNames)
+			}
+			continue
+		}
+		if seen&bit != 0 {
+			return ev, false, invalid(key, "appears more than once")
+		}
+		seen |= bit
+		if val[0] == 'n' { // null: absent
+			if bit == seenPayload {
+				ev.Payload = json.RawMessage("null") // Validate says "must be a JSON object, got null"
+			}
+			continue
+		}
+		switch bit {
+		case seenTenant:
+			ev.Tenant, err = stringField(key, val)
+		case seenProductID:
+			ev.ProductID, err = stringField(key, val)
+		case seenOp:
+			var s string
+			s, err = stringField(key, val)
+			ev.Op = Op(s)
+		case seenKey:
+			ev.IdempotencyKey, err = stringField(key, val)
+		case seenVersion:
+			ev.Version, err = versionField(val)
+		case seenOccurredAt:
+			ev.OccurredAt, err = timeField(key, val)
+			hasOccurredAt = true
+		case seenPayload:
+			ev.Payload = bytes.Clone(val)
+		}
+		if err != nil {
+			return ev, false, err
+		}
+	}
+	return ev, hasOccurredAt, nil
+}
+
+func fieldBit(key string) (int, bool) {
+	switch key {
+	case "tenant":
+		return seenTenant, true
+	case "product_id":
+		return seenProductID, true
+	case "version":
+		return seenVersion, true
+	case "op":
+		return seenOp, true
+	case "occurred_at":
+		return seenOccurredAt, true
+	case "payload":
+		return seenPayload, true
+	case "idempotency_key":
+		return seenKey, true
+	}
+	return 0, false
+}
+
+func stringField(key string, val []byte) (string, error) {
+	if val[0] != '"' {
+		return "", invalid(key, "must be a string, got %s", jsonKind(val[0]))
+	}
+	s, err := unquote(val)
+	if err != nil {
+		return "", invalid(key, "is not a valid string: %v", err)
+	}
+	return s, nil
+}
+
+func versionField(val []byte) (int64, error) {
+	if val[0] != '-' && (val[0] < '0' || val[0] > '9') {
+		return 0, invalid("version", "must be an integer, got %s", jsonKind(val[0]))
+	}
+	v, err := strconv.ParseInt(string(val), 10, 64)
+	if err == nil {
+		return v, nil
+	}
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, invalid("version", "%s is out of range 1..%d", quote(string(val)), int64(math.MaxInt64))
+	}
+	return 0, invalid("version", "must be an integer, got %s", quote(string(val)))
+}
+
+func timeField(key string, val []byte) (time.Time, error) {
+	if val[0] != '"' {
+		return time.Time{}, invalid(key, "must be an RFC 3339 timestamp string, got %s", jsonKind(val[0]))
+	}
+	s, err := unquote(val)
+	if err != nil {
+		return time.Time{}, invalid(key, "is not a valid string: %v", err)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(key, "%s is not an RFC 3339 timestamp like 2024-05-01T12:00:00Z", quote(s))
+	}
+	return t, nil
+}
+
+// unquote decodes a JSON string literal; the fast path copies it.
+func unquote(lit []byte) (string, error) {
+	if len(lit) >= 2 && bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1 : len(lit)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(lit, &s)
+	return s, err
+}
+
+func skipWS(b []byte, p int) int {
+	for p < len(b) && (b[p] == ' ' || b[p] == '\t' || b[p] == '\n' || b[p] == '\r') {
+		p++
+	}
+	return p
+}
+
+// valueEnd returns the index just past the JSON value that starts at b[p].
+// b must be valid JSON.
+func valueEnd(b []byte, p int) int {
+	switch b[p] {
+	case '"':
+		for p++; p < len(b); p++ {
+			switch b[p] {
+			case '\\':
+				p++
+			case '"':
+				return p + 1
+			}
+		}
+		return p
+	case '{', '[':
+		depth := 0
+		for ; p < len(b); p++ {
+			switch b[p] {
+			case '"':
+				p = valueEnd(b, p) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return p + 1
+				}
+			}
+		}
+		return p
+	default:
+		for p < len(b) {
+			switch b[p] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return p
+			}
+			p++
+		}
+		return p
+	}
+}

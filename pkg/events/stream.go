@@ -1,0 +1,102 @@
+package events
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults for StreamConfig.
+const (
+	StreamReplicasDefault   = 1
+	StreamMaxAgeDefault     = 7 * 24 * time.Hour
+	StreamDuplicatesDefault = 10 * time.Minute
+)
+
+// StreamConfig is the configuration of the events stream.
+type StreamConfig struct {
+	// Name of the stream. Default StreamName ("PRODUCTS").
+	Name string
+	// Replicas is 1 for a single node, 3 in production. Default 1.
+	Replicas int
+	// MaxAge is how long events are kept: the replay horizon. Default 7
+	// days.
+	MaxAge time.Duration
+	// Duplicates is the window in which a repeated Nats-Msg-Id is dropped.
+	// Default 10 minutes; at most MaxAge.
+	Duplicates time.Duration
+	// MaxBytes bounds the stream size; the oldest events go first. Default
+	// -1, unlimited (0 also means the default).
+	MaxBytes int64
+	// Storage is jetstream.FileStorage (the zero value, default) or
+	// jetstream.MemoryStorage.
+	Storage jetstream.StorageType
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c StreamConfig) WithDefaults() StreamConfig {
+	c.Name = cmp.Or(c.Name, StreamName)
+	c.Replicas = cmp.Or(c.Replicas, StreamReplicasDefault)
+	c.MaxAge = cmp.Or(c.MaxAge, StreamMaxAgeDefault)
+	c.Duplicates = cmp.Or(c.Duplicates, StreamDuplicatesDefault)
+	c.MaxBytes = cmp.Or(c.MaxBytes, -1)
+	return c
+}
+
+func (c StreamConfig) validate() error {
+	switch {
+	case strings.ContainsAny(c.Name, ".*> \t\r\n"):
+		return fmt.Errorf("%w: stream name %s must not contain '.', '*', '>' or whitespace", ErrInvalidConfig, quote(c.Name))
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("%w: stream replicas %d, want 1..5", ErrInvalidConfig, c.Replicas)
+	case c.MaxAge < 0:
+		return fmt.Errorf("%w: stream max age %v is negative", ErrInvalidConfig, c.MaxAge)
+	case c.Duplicates < 0 || c.Duplicates > c.MaxAge:
+		return fmt.Errorf("%w: stream duplicate window %v, want 0..max age (%v)", ErrInvalidConfig, c.Duplicates, c.MaxAge)
+	case c.MaxBytes < -1:
+		return fmt.Errorf("%w: stream max bytes %d, want -1 (unlimited) or more than 0", ErrInvalidConfig, c.MaxBytes)
+	case c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage:
+		return fmt.Errorf("%w: stream storage %v", ErrInvalidConfig, c.Storage)
+	}
+	return nil
+}
+
+// JetStreamConfig is the stream configuration EnsureStream applies: subjects
+// products.>, limits retention, discard old, direct get allowed (the
+// dispatcher reads a tenant's batch with a direct get).
+func (c StreamConfig) JetStreamConfig() jetstream.StreamConfig {
+	c = c.WithDefaults()
+	return jetstream.StreamConfig{
+		Name:        c.Name,
+		Description: "fairway product events, one subject per tenant and op",
+		Subjects:    []string{SubjectWildcard},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      c.MaxAge,
+		MaxBytes:    c.MaxBytes,
+		MaxMsgs:     -1,
+		Duplicates:  c.Duplicates,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+		AllowDirect: true,
+	}
+}
+
+// EnsureStream creates the events stream or updates it to c (after
+// WithDefaults). It is idempotent; changing MaxAge, Duplicates or MaxBytes of
+// an existing stream works, changing Storage does not (JetStream refuses).
+func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
+	c = c.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	s, err := js.CreateOrUpdateStream(ctx, c.JetStreamConfig())
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", c.Name, err)
+	}
+	return s, nil
+}
