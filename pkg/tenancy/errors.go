@@ -1,0 +1,34 @@
+package tenancy
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidTenant: a tenant id does not match ^[a-z0-9][a-z0-9_-]{0,62}$.
+	ErrInvalidTenant = errors.New("tenancy: invalid tenant id")
+	// ErrInvalidDest: a destination is not postgres, clickhouse or b2b:<partner>.
+	ErrInvalidDest = errors.New("tenancy: invalid destination")
+	// ErrInvalidArgument: a limit, weight, sequence or lease id is out of range.
+	ErrInvalidArgument = errors.New("tenancy: invalid argument")
+	// ErrTenantExists: CreateTenant on an id that is already taken.
+	ErrTenantExists = errors.New("tenancy: tenant exists")
+	// ErrUnknownTenant: the tenant has never been created nor seen.
+	ErrUnknownTenant = errors.New("tenancy: unknown tenant")
+	// ErrUnauthorized: a token is malformed, unknown or revoked.
+	ErrUnauthorized = errors.New("tenancy: unauthorized")
+	// ErrAtLimit: no slot of the (tenant, destination) is free right now.
+	// A dispatcher skips the tenant and waits for a Released wake-up.
+	ErrAtLimit = errors.New("tenancy: at slot limit")
+	// ErrPaused: the tenant is paused. It matches ErrAtLimit too
+	// (errors.Is(ErrPaused, ErrAtLimit) is true), so a dispatcher that only
+	// knows ErrAtLimit skips paused tenants correctly.
+	ErrPaused = fmt.Errorf("%w: tenant paused", ErrAtLimit)
+	// ErrStaleLease: the lease was fenced out — its slot has been leased
+	// again under a newer token. Nothing was changed.
+	ErrStaleLease = errors.New("tenancy: stale lease")
+	// ErrCursorMoved: Dispatch expected the cursor at one sequence but
+	// another dispatcher moved it. Nothing was changed and no slot taken.
+	ErrCursorMoved = errors.New("tenancy: cursor moved")
+)
