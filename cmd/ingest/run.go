@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/ingest"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// Config is everything the ingest command reads from flags and env.
+type Config struct {
+	Listen        string
+	NATSURL       string
+	DatabaseURL   string
+	Stream        events.StreamConfig
+	Ingest        ingest.Config
+	LogFormat     string
+	LogLevel      string
+	ShutdownGrace time.Duration
+}
+
+func run(ctx context.Context, cfg Config) error {
+	log := cfg.Ingest.Logger
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := tenancy.New(pool, &tenancy.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-ingest", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := events.EnsureStream(startCtx, js, cfg.Stream); err != nil {
+		return err
+	}
+	pub, err := events.NewPublisher(js)
+	if err != nil {
+		return err
+	}
+	reg := bootstrap.NewRegistry()
+	srv, err := ingest.New(ingest.Deps{
+		Publisher: pub,
+		Tenants:   store,
+		Pool:      pool,
+		Registry:  reg,
+		Gatherer:  reg,
+		Ready:     ingest.DefaultChecks(js, pool, cfg.Stream.WithDefaults().Name),
+	}, &cfg.Ingest)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	log.Info("ingest listening", "addr", ln.Addr().String())
+	serveErr := bootstrap.Serve(ctx, bootstrap.HTTPServer(srv.Handler(), log), ln, cfg.ShutdownGrace)
+	// HTTP is drained (every accepted request was answered); now stop the
+	// import workers at a chunk boundary and flush NATS.
+	closeCtx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
+	defer cancelClose()
+	if err := srv.Close(closeCtx); err != nil {
+		log.Warn("imports did not stop in time", "err", err)
+	}
+	if err := nc.Drain(); err != nil {
+		log.Warn("nats drain", "err", err)
+	}
+	return serveErr
+}

@@ -1,0 +1,44 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnectNATS connects to url and keeps reconnecting for ever, logging
+// disconnects and reconnects. The first connection attempt is retried until
+// ctx ends, so a service can start before NATS does.
+func ConnectNATS(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.Timeout(5 * time.Second),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+		}),
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
+	}
+	// RetryOnFailedConnect returns at once; wait for the first connection.
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nc, nil
+}

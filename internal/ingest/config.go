@@ -1,0 +1,100 @@
+package ingest
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fairwayhq/fairway/pkg/events"
+)
+
+// Defaults for Config.
+const (
+	MaxBodyBytesDefault    int64 = 16 << 20 // 16 MiB per events request
+	MaxEventsDefault             = 10_000   // events per request
+	MaxImportBytesDefault  int64 = 2 << 30  // 2 GiB per CSV upload
+	MaxCSVLineBytesDefault       = 1 << 20  // 1 MiB per CSV line
+	ImportChunkDefault           = 500      // events published per round of an import
+	ImportWorkersDefault         = 2
+	MaxRowErrorsDefault          = 100 // row errors kept per import
+	ShutdownTimeoutDefault       = 30 * time.Second
+)
+
+// Config configures the ingest Server. Zero values take the defaults.
+type Config struct {
+	// Limits bound each event (payload size etc.). Default events.Limits{}.WithDefaults().
+	Limits events.Limits
+	// MaxBodyBytes bounds one events request body. Default 16 MiB.
+	MaxBodyBytes int64
+	// MaxEvents bounds the events in one request. Default 10,000.
+	MaxEvents int
+	// MaxImportBytes bounds one CSV upload. Default 2 GiB.
+	MaxImportBytes int64
+	// MaxCSVLineBytes bounds one physical CSV line. Default 1 MiB.
+	MaxCSVLineBytes int
+	// ImportChunk is how many rows an import publishes per round. Default 500.
+	ImportChunk int
+	// ImportWorkers is how many imports run at once on this node. Default 2.
+	ImportWorkers int
+	// MaxRowErrors is how many row errors an import keeps. Default 100.
+	MaxRowErrors int
+	// SpoolDir holds uploaded CSV files until their import finishes.
+	// Default $TMPDIR/fairway-imports.
+	SpoolDir string
+	// Node names this ingest instance; an instance resumes only its own
+	// unfinished imports after a restart. Default: the host name.
+	Node string
+	// Logger receives the service's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+}
+
+// WithDefaults returns a copy with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Limits = c.Limits.WithDefaults()
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
+	c.MaxEvents = cmp.Or(c.MaxEvents, MaxEventsDefault)
+	c.MaxImportBytes = cmp.Or(c.MaxImportBytes, MaxImportBytesDefault)
+	c.MaxCSVLineBytes = cmp.Or(c.MaxCSVLineBytes, MaxCSVLineBytesDefault)
+	c.ImportChunk = cmp.Or(c.ImportChunk, ImportChunkDefault)
+	c.ImportWorkers = cmp.Or(c.ImportWorkers, ImportWorkersDefault)
+	c.MaxRowErrors = cmp.Or(c.MaxRowErrors, MaxRowErrorsDefault)
+	c.SpoolDir = cmp.Or(c.SpoolDir, filepath.Join(os.TempDir(), "fairway-imports"))
+	if c.Node == "" {
+		h, err := os.Hostname()
+		c.Node = cmp.Or(h, "ingest")
+		_ = err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("MaxBodyBytes %d is below 1 KiB", c.MaxBodyBytes))
+	}
+	if c.MaxEvents < 1 {
+		errs = append(errs, fmt.Errorf("MaxEvents %d must be at least 1", c.MaxEvents))
+	}
+	if c.ImportChunk < 1 || c.ImportWorkers < 1 {
+		errs = append(errs, errors.New("ImportChunk and ImportWorkers must be at least 1"))
+	}
+	if int64(c.Limits.MaxPayloadBytes) > c.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("payload limit %d exceeds body limit %d", c.Limits.MaxPayloadBytes, c.MaxBodyBytes))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("ingest config: %w", errors.Join(errs...))
+	}
+	return nil
+}
