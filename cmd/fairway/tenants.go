@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+func (c *cli) tenantsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tenants",
+		Short: "Create tenants, issue tokens, set limits and weights",
+	}
+	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsTokenCmd())
+	return cmd
+}
+
+func (c *cli) tenantsCreateCmd() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "create <tenant-id>",
+		Short: "Create a tenant and print its API token (shown once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			t, tok, err := st.CreateTenant(cmd.Context(), args[0], name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.errOut, "created tenant %s (weight %d); its token is shown once:\n", t.ID, t.Weight)
+			fmt.Fprintln(c.out, tok)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "display name")
+	return cmd
+}
+
+func (c *cli) tenantsTokenCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "token <tenant-id>",
+		Short: "Issue another API token for a tenant (shown once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			tok, err := st.IssueToken(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(c.out, tok)
+			return nil
+		},
+	}
+}
+
+func (c *cli) tenantsListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List tenants with their weights and per-destination limits",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			ts, err := st.Tenants(cmd.Context())
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "TENANT\tWEIGHT\tPAUSED\tDEST\tMAX SLOTS\tIN USE\tDEST WEIGHT")
+			for _, t := range ts {
+				ls, err := st.Limits(cmd.Context(), t.ID)
+				if err != nil {
+					return err
+				}
+				if len(ls) == 0 {
+					fmt.Fprintf(w, "%s\t%d\t%v\t-\t-\t-\t-\n", t.ID, t.Weight, t.Paused)
+				}
+				for _, l := range ls {
+					dw := "-"
+					if l.Weight > 0 {
+						dw = strconv.Itoa(l.Weight)
+					}
+					fmt.Fprintf(w, "%s\t%d\t%v\t%s\t%d\t%d\t%s\n", t.ID, t.Weight, t.Paused, l.Dest, l.MaxSlots, l.InUse, dw)
+				}
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func (c *cli) tenantsSetLimitCmd() *cobra.Command {
+	var dest string
+	var max int
+	cmd := &cobra.Command{
+		Use:   "set-limit <tenant-id> --dest <destination> --max <n>",
+		Short: "Set how many batches of a tenant may run at once in one destination (live)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dest == "" || max < 1 {
+				return usageError{fmt.Errorf("--dest and --max (≥ 1) are required")}
+			}
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := st.SetLimit(cmd.Context(), args[0], dest, max); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.out, "%s %s: max %d slots\n", args[0], dest, max)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dest, "dest", "", "destination: postgres, clickhouse or b2b:<partner>")
+	cmd.Flags().IntVar(&max, "max", 0, "slots (≥ 1)")
+	return cmd
+}
+
+func (c *cli) tenantsSetWeightCmd() *cobra.Command {
+	var dest string
+	var weight int
+	cmd := &cobra.Command{
+		Use:   "set-weight <tenant-id> --weight <n> [--dest <destination>]",
+		Short: "Set a tenant's fair-share weight, for all destinations or one (live)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if weight < 1 {
+				return usageError{fmt.Errorf("--weight (≥ 1) is required")}
+			}
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if dest == "" {
+				err = st.SetWeight(cmd.Context(), args[0], weight)
+			} else {
+				err = st.SetDestWeight(cmd.Context(), args[0], dest, weight)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.out, "%s: weight %d%s\n", args[0], weight, map[bool]string{true: "", false: " in " + dest}[dest == ""])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dest, "dest", "", "only this destination (default: the tenant's weight everywhere)")
+	cmd.Flags().IntVar(&weight, "weight", 0, "weight (≥ 1)")
+	return cmd
+}
+
+func (c *cli) adminTokenCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "admin-token", Short: "Manage admin tokens for operator endpoints"}
+	var name string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Issue an admin token (shown once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			tok, err := st.IssueAdminToken(cmd.Context(), name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(c.out, tok)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&name, "name", "operator", "who the token is for")
+	cmd.AddCommand(create)
+	return cmd
+}

@@ -1,0 +1,293 @@
+// Package demo drives `fairway demo`: a noisy tenant uploads a large CSV
+// catalog while many small tenants publish a few events per second each,
+// all over the real ingest HTTP API, and a live view shows what every
+// tenant gets. It is a client only; cmd/fairway wires the servers.
+package demo
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config sets up a demo run. Zero values take defaults.
+type Config struct {
+	BaseURL      string        // ingest base URL (required)
+	Client       *http.Client  // default: 30 s timeout
+	Out          io.Writer     // live view and summary (required)
+	Duration     time.Duration // 0: until ctx ends, or the import is done and 10 s passed
+	NoisyRows    int           // default 200,000
+	SmallTenants int           // default 12
+	SmallRate    float64       // events/s per small tenant, default 5
+	// Tokens returns a bearer token for a tenant, creating it if needed.
+	Tokens func(ctx context.Context, tenant string) (string, error)
+	// Refresh is the live view period, default 500 ms.
+	Refresh time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.NoisyRows = cmp.Or(c.NoisyRows, 200_000)
+	c.SmallTenants = cmp.Or(c.SmallTenants, 12)
+	c.SmallRate = cmp.Or(c.SmallRate, 5)
+	c.Refresh = cmp.Or(c.Refresh, 500*time.Millisecond)
+	if c.Client == nil {
+		c.Client = &http.Client{Timeout: 30 * time.Second}
+	}
+	return c
+}
+
+// tenantStats is what the view shows per tenant.
+type tenantStats struct {
+	mu        sync.Mutex
+	name      string
+	sent      int
+	accepted  int
+	errors    int
+	latencies []time.Duration
+	// noisy tenant only
+	importTotal, importDone int64
+	importStatus            string
+}
+
+func (s *tenantStats) record(d time.Duration, accepted, failed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent += accepted + failed
+	s.accepted += accepted
+	s.errors += failed
+	s.latencies = append(s.latencies, d)
+}
+
+func (s *tenantStats) percentiles() (p50, p99 time.Duration, n int) {
+	s.mu.Lock()
+	l := slices.Clone(s.latencies)
+	s.mu.Unlock()
+	if len(l) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(l)
+	return l[len(l)*50/100], l[min(len(l)-1, len(l)*99/100)], len(l)
+}
+
+// Run runs the demo until ctx ends or the configured duration passes, then
+// prints a summary.
+func Run(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if cfg.BaseURL == "" || cfg.Out == nil || cfg.Tokens == nil {
+		return errors.New("demo: BaseURL, Out and Tokens are required")
+	}
+	stop := func() {}
+	if cfg.Duration > 0 {
+		ctx, stop = context.WithTimeout(ctx, cfg.Duration)
+	} else {
+		ctx, stop = context.WithCancel(ctx)
+	}
+	defer stop()
+
+	noisy := &tenantStats{name: "noisy", importTotal: int64(cfg.NoisyRows), importStatus: "uploading"}
+	small := make([]*tenantStats, cfg.SmallTenants)
+	tokens := map[string]string{}
+	for i := range small {
+		small[i] = &tenantStats{name: fmt.Sprintf("small-%02d", i+1)}
+	}
+	for _, s := range append([]*tenantStats{noisy}, small...) {
+		tok, err := cfg.Tokens(ctx, s.name)
+		if err != nil {
+			return fmt.Errorf("demo: token for %s: %w", s.name, err)
+		}
+		tokens[s.name] = tok
+	}
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	importDone := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(importDone)
+		runImport(ctx, cfg, tokens[noisy.name], noisy)
+	}()
+	for _, s := range small {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runSmall(ctx, cfg, tokens[s.name], s)
+		}()
+	}
+	if cfg.Duration == 0 {
+		go func() {
+			select {
+			case <-importDone:
+				select {
+				case <-time.After(10 * time.Second):
+					stop()
+				case <-ctx.Done():
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+
+	v := newView(cfg.Out)
+	tick := time.NewTicker(cfg.Refresh)
+	defer tick.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-tick.C:
+			v.draw(time.Since(start), noisy, small)
+		}
+	}
+	wg.Wait()
+	v.draw(time.Since(start), noisy, small)
+	summary(cfg.Out, time.Since(start), noisy, small)
+	return nil
+}
+
+// runSmall publishes one event at a time at cfg.SmallRate and records the
+// latency of each acknowledged request.
+func runSmall(ctx context.Context, cfg Config, token string, s *tenantStats) {
+	period := time.Duration(float64(time.Second) / cfg.SmallRate)
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for v := int64(1); ; v++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		body := fmt.Sprintf(`{"product_id":"sku-%d","version":%d,"op":"upsert","payload":{"price":%d}}`+"\n", v%50, v, v)
+		t0 := time.Now()
+		res, err := post(ctx, cfg, "/v1/tenants/"+s.name+"/events", token, "application/x-ndjson", strings.NewReader(body))
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil || res.Accepted != 1 {
+			s.record(time.Since(t0), 0, 1)
+			continue
+		}
+		s.record(time.Since(t0), 1, 0)
+	}
+}
+
+type eventsResponse struct {
+	Accepted int `json:"accepted"`
+}
+
+func post(ctx context.Context, cfg Config, path, token, ctype string, body io.Reader) (eventsResponse, error) {
+	var out eventsResponse
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.BaseURL+path, body)
+	if err != nil {
+		return out, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", ctype)
+	resp, err := cfg.Client.Do(req)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return out, err
+	}
+	if resp.StatusCode >= 300 {
+		return out, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return out, json.Unmarshal(b, &out)
+}
+
+// runImport streams a generated CSV catalog to the imports endpoint (the
+// file is never built in memory) and polls the job until it finishes.
+func runImport(ctx context.Context, cfg Config, token string, s *tenantStats) {
+	pr, pw := io.Pipe()
+	go func() {
+		w := &errWriter{w: pw}
+		fmt.Fprintln(w, "product_id,version,op,name,price,category")
+		for i := 1; i <= cfg.NoisyRows && w.err == nil; i++ {
+			fmt.Fprintf(w, "item-%d,1,upsert,Product %d,%d.%02d,cat-%d\n", i, i, i%500, i%100, i%40)
+		}
+		_ = pw.CloseWithError(w.err)
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.BaseURL+"/v1/tenants/"+s.name+"/imports", pr)
+	if err != nil {
+		s.setImport("failed: "+err.Error(), 0)
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "text/csv")
+	client := *cfg.Client
+	client.Timeout = 0 // a large upload; ctx bounds it
+	resp, err := client.Do(req)
+	if err != nil {
+		s.setImport("failed: "+err.Error(), 0)
+		return
+	}
+	var acc struct {
+		ID  string `json:"id"`
+		URL string `json:"url"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&acc)
+	resp.Body.Close()
+	if err != nil || acc.URL == "" {
+		s.setImport(fmt.Sprintf("failed: upload answered %s", resp.Status), 0)
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cfg.BaseURL+acc.URL, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := cfg.Client.Do(req)
+		if err != nil {
+			continue
+		}
+		var job struct {
+			Status    string `json:"status"`
+			RowsTotal int64  `json:"rows_total"`
+			RowsOK    int64  `json:"rows_ok"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&job)
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		s.setImport(job.Status, job.RowsTotal)
+		if job.Status != "queued" && job.Status != "running" {
+			return
+		}
+	}
+}
+
+func (s *tenantStats) setImport(status string, done int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.importStatus, s.importDone = status, done
+	s.accepted = int(done)
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
