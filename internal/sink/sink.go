@@ -1,0 +1,44 @@
+package sink
+
+import (
+	"context"
+	"time"
+
+	"github.com/fairwayhq/fairway/pkg/events"
+)
+
+// Record is one event as the sink runtime hands it to a destination.
+type Record struct {
+	// Seq is the JetStream stream sequence of the event.
+	Seq uint64
+	// Event is the event itself.
+	Event events.Event
+	// PublishedAt is when JetStream stored the event.
+	PublishedAt time.Time
+}
+
+// Key identifies the row an event changes in a destination.
+type Key struct {
+	Tenant    string
+	ProductID string
+}
+
+// Key returns the destination key of r.
+func (r Record) Key() Key { return Key{Tenant: r.Event.Tenant, ProductID: r.Event.ProductID} }
+
+// Sink is a destination the runtime applies batches to.
+type Sink interface {
+	// Name names the destination ("postgres", "clickhouse", ...) in logs,
+	// metrics and dead letters.
+	Name() string
+	// Apply applies a batch idempotently: re-applying changes nothing; an
+	// older version never overwrites a newer one; deletes are versioned
+	// tombstones.
+	//
+	// Permanent per-record problems are reported in the returned []error
+	// (len == len(batch), nil = applied, otherwise a *PermanentError) while
+	// the other records are applied. A batch-wide (usually transient)
+	// failure returns a non-nil error and a nil slice: nothing is reported
+	// applied, and the runtime retries the whole batch.
+	Apply(ctx context.Context, batch []Record) ([]error, error)
+}

@@ -1,0 +1,226 @@
+package clickhouse_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/sink/sinktest"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/sinks/clickhouse"
+)
+
+// reader reads the tables back with FINAL, so that the counts are after
+// deduplication.
+type reader struct {
+	conn driver.Conn
+}
+
+func (r reader) Get(ctx context.Context, tenant, productID string) (sinktest.State, bool, error) {
+	rows, err := r.conn.Query(ctx, "SELECT version, deleted, payload FROM products_latest FINAL WHERE tenant_id = ? AND product_id = ?", tenant, productID)
+	if err != nil {
+		return sinktest.State{}, false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return sinktest.State{}, false, rows.Err()
+	}
+	var st sinktest.State
+	var deleted uint8
+	var payload string
+	if err := rows.Scan(&st.Version, &deleted, &payload); err != nil {
+		return st, false, err
+	}
+	st.Deleted = deleted == 1
+	if payload != "" {
+		st.Payload = json.RawMessage(payload)
+	}
+	if rows.Next() {
+		return st, false, fmt.Errorf("products_latest FINAL holds %s/%s more than once", tenant, productID)
+	}
+	return st, true, rows.Err()
+}
+
+func (r reader) CountEvents(ctx context.Context, tenant string) (int, error) {
+	var n uint64
+	err := r.conn.QueryRow(ctx, "SELECT count() FROM product_events FINAL WHERE tenant_id = ?", tenant).Scan(&n)
+	return int(n), err
+}
+
+func setup(t testing.TB, cfg clickhouse.Config) (*clickhouse.Sink, reader) {
+	t.Helper()
+	addr, db := testenv.NewClickHouseDatabase(t)
+	cfg.Addr, cfg.Database = addr, db
+	s, err := clickhouse.New(context.Background(), &cfg)
+	if err != nil {
+		t.Fatalf("clickhouse.New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	conn, err := ch.Open(&ch.Options{Addr: []string{addr}, Auth: ch.Auth{Database: db}})
+	if err != nil {
+		t.Fatalf("open reader: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return s, reader{conn: conn}
+}
+
+// poison is an upsert whose payload is valid JSON but not an object.
+func poison(tenant string) events.Event {
+	e := sinktest.Upsert(tenant, "poison", 1)
+	e.Payload = json.RawMessage(`["not", "an", "object"]`)
+	return e
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	sinktest.Run(t, sinktest.Harness{
+		New: func(t *testing.T) (sink.Sink, sinktest.Reader) {
+			s, r := setup(t, clickhouse.Config{})
+			return s, r
+		},
+		Poison: poison,
+	})
+}
+
+func TestPermanentRecordErrors(t *testing.T) {
+	t.Parallel()
+	s, r := setup(t, clickhouse.Config{MaxPayloadBytes: 128})
+	mod := func(id string, f func(*events.Event)) events.Event {
+		e := sinktest.Upsert("acme", id, 1)
+		f(&e)
+		return e
+	}
+	bad := map[string]events.Event{
+		"too big":        mod("big", func(e *events.Event) { e.Payload = json.RawMessage(`{"a":"` + strings.Repeat("x", 128) + `"}`) }),
+		"not json":       mod("notjson", func(e *events.Event) { e.Payload = json.RawMessage(`{"a":`) }),
+		"invalid utf-8":  mod("utf8", func(e *events.Event) { e.Payload = json.RawMessage("{\"a\":\"\xff\"}") }),
+		"not an object":  poison("acme"),
+		"no payload":     mod("nopayload", func(e *events.Event) { e.Payload = nil }),
+		"unknown op":     mod("op", func(e *events.Event) { e.Op = "merge" }),
+		"before 1970":    mod("early", func(e *events.Event) { e.OccurredAt = time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC) }),
+		"after 2106":     mod("late", func(e *events.Event) { e.OccurredAt = time.Date(2106, 3, 1, 0, 0, 0, 0, time.UTC) }),
+		"zero time":      mod("zero", func(e *events.Event) { e.OccurredAt = time.Time{} }),
+		"empty product":  mod("", func(e *events.Event) {}),
+		"delete in 1960": func() events.Event { e := sinktest.Delete("acme", "d", 1); e.OccurredAt = time.Unix(-1, 0); return e }(),
+	}
+	var evs []events.Event
+	var names []string
+	for name, e := range bad {
+		evs = append(evs, sinktest.Upsert("acme", "good-"+name, 1), e)
+		names = append(names, "", name)
+	}
+	// A delete with no payload and a payload with a leading space are fine.
+	spaced := sinktest.Upsert("acme", "spaced", 1)
+	spaced.Payload = json.RawMessage(` {"name":"product spaced","version":1,"tags":["a","b"]}`)
+	evs = append(evs, sinktest.Delete("acme", "deleted", 1), spaced)
+	names = append(names, "", "")
+
+	errs, err := s.Apply(t.Context(), sinktest.Records(evs...))
+	if err != nil {
+		t.Fatalf("Apply: batch error %v", err)
+	}
+	for i, e := range errs {
+		switch {
+		case names[i] == "" && e != nil:
+			t.Errorf("record %d (%s): %v, want applied", i, evs[i].ProductID, e)
+		case names[i] != "" && (!sink.IsPermanent(e) || !errors.Is(e, sink.ErrInvalidRecord)):
+			t.Errorf("%s: error %v, want a permanent ErrInvalidRecord", names[i], e)
+		}
+	}
+	if n, err := r.CountEvents(t.Context(), "acme"); err != nil || n != len(bad)+2 {
+		t.Errorf("CountEvents = %d, %v; want %d", n, err, len(bad)+2)
+	}
+	for _, id := range []string{"big", "notjson", "utf8", "early", "late", "zero", "d"} {
+		if st, ok, err := r.Get(t.Context(), "acme", id); err != nil || ok {
+			t.Errorf("Get(%s) = %+v, %v, %v; want not stored", id, st, ok, err)
+		}
+	}
+	if st, ok, err := r.Get(t.Context(), "acme", "deleted"); err != nil || !ok || !st.Deleted {
+		t.Errorf("Get(deleted) = %+v, %v, %v; want a tombstone", st, ok, err)
+	}
+}
+
+// A server error that is not about the records (the table is gone) is the
+// batch error, not permanent and not transient.
+func TestBatchError(t *testing.T) {
+	t.Parallel()
+	s, r := setup(t, clickhouse.Config{})
+	if err := r.conn.Exec(t.Context(), "DROP TABLE products_latest"); err != nil {
+		t.Fatal(err)
+	}
+	errs, err := s.Apply(t.Context(), sinktest.Records(sinktest.Upsert("acme", "a", 1)))
+	var ex *ch.Exception
+	if !errors.As(err, &ex) || ex.Code != 60 { // UNKNOWN_TABLE
+		t.Fatalf("Apply = %v, %v; want a batch error wrapping exception 60", errs, err)
+	}
+	if errs != nil || sink.IsPermanent(err) || clickhouse.IsTransient(err) {
+		t.Fatalf("Apply = %v, %v (transient %v); want no record errors, not permanent, not transient", errs, err, clickhouse.IsTransient(err))
+	}
+}
+
+// A server that is not there is a transient failure.
+func TestUnreachableIsTransient(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, err = clickhouse.New(t.Context(), &clickhouse.Config{Addr: addr, DialTimeout: time.Second})
+	if err == nil || !clickhouse.IsTransient(err) {
+		t.Fatalf("New on a closed port = %v, want a transient error", err)
+	}
+}
+
+func TestIsTransient(t *testing.T) {
+	t.Parallel()
+	wrap := func(err error) error { return fmt.Errorf("clickhouse sink: insert 3 events: %w", err) }
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"too many parts", wrap(&ch.Exception{Code: 252, Name: "DB::Exception"}), true},
+		{"memory limit", wrap(&ch.Exception{Code: 241}), true},
+		{"too many queries", wrap(&ch.Exception{Code: 202}), true},
+		{"unknown table", wrap(&ch.Exception{Code: 60}), false},
+		{"syntax error", wrap(&ch.Exception{Code: 62}), false},
+		{"auth failed", wrap(&ch.Exception{Code: 516}), false},
+		{"connection reset", wrap(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), true},
+		{"refused", wrap(syscall.ECONNREFUSED), true},
+		{"eof", wrap(io.EOF), true},
+		{"deadline", wrap(context.DeadlineExceeded), true},
+		{"canceled", wrap(context.Canceled), false},
+		{"permanent", sink.Permanent("x", sink.ErrInvalidRecord), false},
+	} {
+		if got := clickhouse.IsTransient(c.err); got != c.want {
+			t.Errorf("%s: IsTransient(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]clickhouse.Config{
+		"bad database": {Database: "x; DROP"},
+		"tiny payload": {MaxPayloadBytes: 1},
+	} {
+		if _, err := clickhouse.New(t.Context(), &cfg); !errors.Is(err, clickhouse.ErrConfig) {
+			t.Errorf("%s: New = %v, want ErrConfig", name, err)
+		}
+	}
+}
