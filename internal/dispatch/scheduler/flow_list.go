@@ -1,0 +1,79 @@
+package scheduler
+
+// flow is the scheduler's state for one (tenant, destination) pair. Flows
+// live in Scheduler.flows for as long as the scheduler knows the key; a flow
+// sits in at most one of the two round lists, and only while it is eligible
+// (backlog > 0, not blocked, no grant outstanding).
+type flow struct {
+	key     Key
+	weight  int   // configured weight, clamped to [WeightMin, WeightMax]
+	backlog int64 // events the dispatcher says are waiting (a hint)
+
+	// deficit is the credit left in cost units. It is at most the quantum
+	// of the flow's latest visit and may go negative by the overdraft of a
+	// batch's last event; debt is repaid from later quanta.
+	deficit int64
+
+	// lastRound is the round in which the flow last received a quantum;
+	// 0 means never (rounds start at 1). A flow receives at most one
+	// quantum per round.
+	lastRound uint64
+
+	blocked bool // at its slot limit
+	granted bool // a grant is outstanding (between Next and Done)
+
+	list       *flowList // nil when in neither round list
+	prev, next *flow
+
+	win *window // events dispatched recently; nil unless dampening is on
+}
+
+// eligible reports whether the flow belongs in a round list.
+func (f *flow) eligible() bool {
+	return f.backlog > 0 && !f.blocked && !f.granted
+}
+
+// flowList is an intrusive doubly-linked FIFO of flows: push, pop and
+// removal from the middle are O(1) and allocate nothing.
+type flowList struct {
+	head, tail *flow
+	len        int
+}
+
+func (l *flowList) pushBack(f *flow) {
+	f.list, f.prev, f.next = l, l.tail, nil
+	if l.tail != nil {
+		l.tail.next = f
+	} else {
+		l.head = f
+	}
+	l.tail = f
+	l.len++
+}
+
+func (l *flowList) pushFront(f *flow) {
+	f.list, f.prev, f.next = l, nil, l.head
+	if l.head != nil {
+		l.head.prev = f
+	} else {
+		l.tail = f
+	}
+	l.head = f
+	l.len++
+}
+
+// remove unlinks f, which must be in l.
+func (l *flowList) remove(f *flow) {
+	if f.prev != nil {
+		f.prev.next = f.next
+	} else {
+		l.head = f.next
+	}
+	if f.next != nil {
+		f.next.prev = f.prev
+	} else {
+		l.tail = f.prev
+	}
+	f.list, f.prev, f.next = nil, nil, nil
+	l.len--
+}

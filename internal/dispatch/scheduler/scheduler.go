@@ -1,0 +1,452 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"sync"
+	"time"
+)
+
+const (
+	// QuantumDefault is the default Config.Quantum: with cost counted in
+	// events it equals MaxBatchDefault, so a weight-w tenant gets w full
+	// batches per round.
+	QuantumDefault int64 = 500
+	// QuantumMax bounds Config.Quantum so that Quantum·WeightMax fits an
+	// int64 with room for overdraft.
+	QuantumMax int64 = 1 << 40
+
+	// MaxBatchDefault is the default Config.MaxBatch.
+	MaxBatchDefault = 500
+
+	// WeightMin and WeightMax bound a tenant's weight; SetBacklog clamps
+	// to them (a weight of 0 counts as 1).
+	WeightMin = 1
+	WeightMax = 10_000
+
+	// DampeningWindowDefault is the default Dampening.Window.
+	DampeningWindowDefault = time.Minute
+	// DampeningWindowMin is the smallest Dampening.Window accepted: the
+	// window is kept in windowBuckets buckets of at least a millisecond.
+	DampeningWindowMin = windowBuckets * time.Millisecond
+	// DampeningFactorDefault is the default Dampening.Factor.
+	DampeningFactorDefault = 2.0
+	// DampeningMinWeightDefault is the default Dampening.MinWeight.
+	DampeningMinWeightDefault = 0.1
+)
+
+// Config configures a Scheduler. The zero value is valid: cost counted in
+// events, 500-event quanta and batches, no dampening, time.Now.
+type Config struct {
+	// Quantum is the credit, in cost units, that a weight-1 tenant receives
+	// per round; a tenant of weight w receives w·Quantum. The cost unit is
+	// the caller's choice and must be the same in Done: events (the
+	// default; set Quantum near MaxBatch) or bytes (set Quantum near the
+	// bytes of a typical batch, e.g. 256 KiB) when event sizes vary and
+	// fairness should follow the work a sink does. Default QuantumDefault
+	// (500). Range [1, QuantumMax].
+	Quantum int64
+
+	// MaxBatch caps Grant.MaxEvents, the events one grant may read. Default
+	// MaxBatchDefault (500). Must be >= 1.
+	MaxBatch int
+
+	// Dampening, when not nil, lowers the effective weight of a tenant that
+	// dispatched more than Dampening.Threshold events within
+	// Dampening.Window. Default nil: off.
+	Dampening *Dampening
+
+	// Clock returns the current time; only dampening reads it. Default
+	// time.Now.
+	Clock func() time.Time
+}
+
+// Dampening is an optional per-destination rule against greedy tenants (the
+// sliding-window idea of sidekiq-fair-tenant): while a tenant has dispatched
+// more than Threshold events within the last Window, its effective weight is
+// max(weight/Factor, MinWeight). The effective weight is decided when the
+// tenant's quantum is added at the start of its visit in a round.
+type Dampening struct {
+	// Threshold is the number of events within Window above which a tenant
+	// is dampened. Required: must be >= 1.
+	Threshold int64
+
+	// Window is the length of the sliding window. It is tracked in 10
+	// buckets, so an event counts for between 0.9·Window and Window after
+	// it was dispatched. Default DampeningWindowDefault (1 minute); at
+	// least DampeningWindowMin.
+	Window time.Duration
+
+	// Factor divides the weight of a dampened tenant. Default
+	// DampeningFactorDefault (2). Must be >= 1.
+	Factor float64
+
+	// MinWeight is the floor of a dampened tenant's effective weight, so a
+	// dampened tenant still gets a share. Default DampeningMinWeightDefault
+	// (0.1). Range (0, 1].
+	MinWeight float64
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+// The Dampening rule, if any, is copied, never modified in place.
+func (c Config) WithDefaults() Config {
+	c.Quantum = cmp.Or(c.Quantum, QuantumDefault)
+	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Dampening != nil {
+		d := *c.Dampening
+		d.Window = cmp.Or(d.Window, DampeningWindowDefault)
+		d.Factor = cmp.Or(d.Factor, DampeningFactorDefault)
+		d.MinWeight = cmp.Or(d.MinWeight, DampeningMinWeightDefault)
+		c.Dampening = &d
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Quantum < 1 || c.Quantum > QuantumMax {
+		return fmt.Errorf("%w: Quantum %d outside [1, %d]", ErrInvalidConfig, c.Quantum, QuantumMax)
+	}
+	if c.MaxBatch < 1 {
+		return fmt.Errorf("%w: MaxBatch %d < 1", ErrInvalidConfig, c.MaxBatch)
+	}
+	if d := c.Dampening; d != nil {
+		if d.Threshold < 1 {
+			return fmt.Errorf("%w: Dampening.Threshold %d < 1", ErrInvalidConfig, d.Threshold)
+		}
+		if d.Window < DampeningWindowMin {
+			return fmt.Errorf("%w: Dampening.Window %s < %s", ErrInvalidConfig, d.Window, DampeningWindowMin)
+		}
+		if !(d.Factor >= 1) { // also rejects NaN
+			return fmt.Errorf("%w: Dampening.Factor %v < 1", ErrInvalidConfig, d.Factor)
+		}
+		if !(d.MinWeight > 0 && d.MinWeight <= 1) {
+			return fmt.Errorf("%w: Dampening.MinWeight %v outside (0, 1]", ErrInvalidConfig, d.MinWeight)
+		}
+	}
+	return nil
+}
+
+// Key names one queue: a tenant's events for one destination. A Scheduler
+// serves one destination, so Dest is the same for all its keys in practice;
+// it is part of the key so grants and logs are self-describing.
+type Key struct {
+	Tenant, Dest string
+}
+
+// Grant allows the dispatcher to dispatch one batch of Key's events.
+type Grant struct {
+	Key Key
+	// MaxEvents is the most events the batch may hold: min(MaxBatch,
+	// backlog). Always >= 1.
+	MaxEvents int
+	// MaxCost is the tenant's credit in cost units. The batch should stop
+	// before its cost would exceed MaxCost, but always holds at least one
+	// event: the overdraft of that event is charged in Done and repaid
+	// from later quanta. Always >= 1. Allows implements the rule.
+	MaxCost int64
+}
+
+// Allows reports whether a batch that already holds taken events costing
+// spent may add one more event costing next: taken < MaxEvents, and either
+// the batch is empty or spent+next <= MaxCost.
+func (g Grant) Allows(taken int, spent, next int64) bool {
+	return taken < g.MaxEvents && (taken == 0 || spent+next <= g.MaxCost)
+}
+
+// Stats is a snapshot of a Scheduler's counters.
+type Stats struct {
+	Known    int // keys the scheduler holds state for (idle ones too)
+	Active   int // keys with backlog waiting their turn: not blocked, no grant outstanding
+	Blocked  int // keys marked blocked (at their slot limit)
+	InFlight int // grants handed out by Next and not yet Done
+
+	Round          uint64 // current round number, starting at 1
+	Grants         uint64 // grants handed out since New
+	Scans          uint64 // queue entries Next examined; Scans/Grants is the amortised cost of Next
+	DampenedVisits uint64 // visits whose quantum was lowered by dampening
+}
+
+// Scheduler orders dispatch for one destination by weighted deficit round
+// robin over its tenants with backlog. See the package documentation for
+// the algorithm and its invariants.
+//
+// A Scheduler is safe for concurrent use: every method takes one mutex and
+// does O(1) work (Next is O(1) amortised), and none blocks or calls out.
+type Scheduler struct {
+	mu  sync.Mutex
+	cfg Config
+
+	flows map[Key]*flow
+
+	// lists[cur] holds the flows still to be visited in the current round
+	// (in visiting order); lists[1-cur] the flows waiting for the next one.
+	lists [2]flowList
+	cur   int
+	round uint64
+
+	bucketWidth int64 // nanoseconds per dampening bucket; 0 when off
+
+	blocked, inFlight             int
+	grants, scans, dampenedVisits uint64
+}
+
+// New returns a Scheduler for one destination, with cfg's zero fields
+// defaulted (see Config).
+func New(cfg Config) (*Scheduler, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: cfg, flows: make(map[Key]*flow), round: 1}
+	if cfg.Dampening != nil {
+		s.bucketWidth = int64(cfg.Dampening.Window / windowBuckets)
+	}
+	return s, nil
+}
+
+// SetBacklog records that k has events waiting, with the tenant's weight
+// (clamped to [WeightMin, WeightMax]). events is absolute, not a delta; 0
+// makes k idle: it leaves the round and keeps no positive credit. A key
+// that becomes active joins the current round if it has not had its quantum
+// in it, else the next one, so it is granted within one round. The new
+// weight takes effect at the key's next quantum.
+//
+// The backlog is a hint: Done subtracts what was dispatched, and the
+// dispatcher corrects it whenever it learns better (a doorbell, or a read
+// that found fewer events than granted).
+func (s *Scheduler) SetBacklog(k Key, events int64, weight int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.flows[k]
+	if f == nil {
+		if events <= 0 {
+			return
+		}
+		f = &flow{key: k}
+		s.flows[k] = f
+	}
+	f.weight = min(max(weight, WeightMin), WeightMax)
+	f.backlog = max(events, 0)
+	if f.backlog == 0 {
+		s.goIdle(f)
+		return
+	}
+	s.requeue(f, false)
+}
+
+// SetBlocked marks k as at (true) or below (false) its slot limit. A
+// blocked key leaves the round at O(1) cost and is never examined by Next;
+// it is charged nothing and earns nothing while blocked. It keeps the credit
+// left from its latest quantum and its round: unblocked in the same round,
+// it is visited again in that round with what it had left; unblocked in a
+// later round, it joins that round and gets one fresh quantum, its old
+// positive credit dropped. So a key that blocks often gets at most one
+// quantum per round, like everyone else.
+//
+// SetBlocked on an unknown key creates it (weight 1, no backlog), so a
+// limit learned before any backlog is kept.
+func (s *Scheduler) SetBlocked(k Key, blocked bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.flows[k]
+	if f == nil {
+		if !blocked {
+			return
+		}
+		f = &flow{key: k, weight: WeightMin}
+		s.flows[k] = f
+	}
+	if f.blocked == blocked {
+		return
+	}
+	f.blocked = blocked
+	if blocked {
+		s.blocked++
+		s.unlink(f)
+		return
+	}
+	s.blocked--
+	s.requeue(f, false)
+}
+
+// Next returns the next grant, or false when no key is dispatchable (all
+// idle, blocked or with a grant outstanding). The granted key is not offered
+// again until Done(Key, ...) is called for it, so a tenant's batches are
+// read one at a time. Next is O(1) amortised in the number of keys.
+func (s *Scheduler) Next() (Grant, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var epoch int64
+	epochRead := false
+	for {
+		cur := &s.lists[s.cur]
+		f := cur.head
+		if f == nil {
+			if s.lists[1-s.cur].len == 0 {
+				return Grant{}, false
+			}
+			s.cur = 1 - s.cur
+			s.round++
+			continue
+		}
+		s.scans++
+		if f.lastRound != s.round {
+			if s.bucketWidth > 0 && !epochRead {
+				epoch, epochRead = s.epoch(), true
+			}
+			f.lastRound = s.round
+			f.deficit = min(f.deficit, 0) + s.quantum(f, epoch)
+			if f.deficit <= 0 { // still repaying an overdraft
+				cur.remove(f)
+				s.lists[1-s.cur].pushBack(f)
+				continue
+			}
+		}
+		cur.remove(f)
+		f.granted = true
+		s.inFlight++
+		s.grants++
+		return Grant{
+			Key:       f.key,
+			MaxEvents: int(min(int64(s.cfg.MaxBatch), f.backlog)),
+			MaxCost:   f.deficit,
+		}, true
+	}
+}
+
+// Done ends k's outstanding grant, charging what was really dispatched:
+// events read and their cost in the Config's cost unit (at least 1 when
+// events > 0, so every batch makes progress). Either may be less than
+// granted, or 0. With credit left, k resumes its visit at the head of the
+// round; with none, it waits for the next round.
+//
+// events == 0 means nothing was dispatched. If k is blocked (taking its slot
+// failed: call SetBlocked(k, true) before Done), it keeps its place and
+// credit. Otherwise its turn ends and its credit for this round is dropped,
+// so a key whose reads keep coming back empty cannot hold the round.
+//
+// Done returns ErrNoGrant when k has no grant outstanding.
+func (s *Scheduler) Done(k Key, events, cost int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.flows[k]
+	if f == nil || !f.granted {
+		return fmt.Errorf("done %s/%s: %w", k.Tenant, k.Dest, ErrNoGrant)
+	}
+	f.granted = false
+	s.inFlight--
+	events, cost = max(events, 0), max(cost, 0)
+	if events > 0 {
+		cost = max(cost, 1)
+		if s.bucketWidth > 0 {
+			if f.win == nil {
+				f.win = new(window)
+			}
+			f.win.add(s.epoch(), events)
+		}
+	}
+	f.deficit -= cost
+	f.backlog = max(f.backlog-events, 0)
+	if f.backlog == 0 {
+		s.goIdle(f)
+		return nil
+	}
+	if events == 0 && !f.blocked {
+		f.deficit = min(f.deficit, 0)
+	}
+	s.requeue(f, events > 0)
+	return nil
+}
+
+// Remove forgets k: a deleted tenant, or a key idle long enough that its
+// state (overdraft, dampening window) no longer matters. An outstanding
+// grant for k is dropped; its Done returns ErrNoGrant.
+func (s *Scheduler) Remove(k Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.flows[k]
+	if f == nil {
+		return
+	}
+	s.unlink(f)
+	if f.blocked {
+		s.blocked--
+	}
+	if f.granted {
+		s.inFlight--
+	}
+	delete(s.flows, k)
+}
+
+// Stats returns a snapshot of the scheduler's counters.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		Known:          len(s.flows),
+		Active:         s.lists[0].len + s.lists[1].len,
+		Blocked:        s.blocked,
+		InFlight:       s.inFlight,
+		Round:          s.round,
+		Grants:         s.grants,
+		Scans:          s.scans,
+		DampenedVisits: s.dampenedVisits,
+	}
+}
+
+// requeue puts an eligible flow that is in no list where it belongs:
+//   - not yet visited this round: the tail of the current round;
+//   - visited, credit left, continuing the batch it was granted: the head
+//     of the current round (its visit goes on);
+//   - visited, credit left, back from blocked: the tail of the current
+//     round (spends what it has left, gets nothing new);
+//   - visited, no credit left: the tail of the next round.
+func (s *Scheduler) requeue(f *flow, continuing bool) {
+	if f.list != nil || !f.eligible() {
+		return
+	}
+	cur := &s.lists[s.cur]
+	switch {
+	case f.lastRound != s.round:
+		cur.pushBack(f)
+	case f.deficit <= 0:
+		s.lists[1-s.cur].pushBack(f)
+	case continuing:
+		cur.pushFront(f)
+	default:
+		cur.pushBack(f)
+	}
+}
+
+func (s *Scheduler) unlink(f *flow) {
+	if f.list != nil {
+		f.list.remove(f)
+	}
+}
+
+// goIdle takes a flow without backlog out of the round. Like an emptied
+// queue in classic DRR it loses its positive credit; debt is kept, so
+// draining and refilling cannot erase an overdraft.
+func (s *Scheduler) goIdle(f *flow) {
+	s.unlink(f)
+	f.deficit = min(f.deficit, 0)
+}
+
+// quantum returns the credit f earns for one visit: Quantum·weight, or
+// Quantum·max(weight/Factor, MinWeight) while dampened; at least 1.
+func (s *Scheduler) quantum(f *flow, epoch int64) int64 {
+	d := s.cfg.Dampening
+	if d == nil || f.win == nil || f.win.sum(epoch) <= d.Threshold {
+		return s.cfg.Quantum * int64(f.weight)
+	}
+	s.dampenedVisits++
+	w := max(float64(f.weight)/d.Factor, d.MinWeight)
+	return max(int64(float64(s.cfg.Quantum)*w), 1)
+}
+
+func (s *Scheduler) epoch() int64 {
+	return s.cfg.Clock().UnixNano() / s.bucketWidth
+}

@@ -1,0 +1,663 @@
+package scheduler_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+)
+
+func TestNewConfig(t *testing.T) {
+	t.Parallel()
+
+	t.Run("defaults", func(t *testing.T) {
+		t.Parallel()
+		d := &scheduler.Dampening{Threshold: 10}
+		cfg := scheduler.Config{Dampening: d}.WithDefaults()
+		if cfg.Quantum != scheduler.QuantumDefault || cfg.MaxBatch != scheduler.MaxBatchDefault || cfg.Clock == nil {
+			t.Errorf("WithDefaults = %+v", cfg)
+		}
+		if cfg.Dampening.Window != scheduler.DampeningWindowDefault ||
+			cfg.Dampening.Factor != scheduler.DampeningFactorDefault ||
+			cfg.Dampening.MinWeight != scheduler.DampeningMinWeightDefault {
+			t.Errorf("WithDefaults dampening = %+v", *cfg.Dampening)
+		}
+		if *d != (scheduler.Dampening{Threshold: 10}) {
+			t.Errorf("WithDefaults modified the caller's Dampening: %+v", *d)
+		}
+	})
+
+	tests := []struct {
+		name    string
+		cfg     scheduler.Config
+		wantErr bool
+	}{
+		{name: "zero value", cfg: scheduler.Config{}},
+		{name: "bytes quantum", cfg: scheduler.Config{Quantum: 256 << 10, MaxBatch: 1000}},
+		{name: "dampening", cfg: scheduler.Config{Dampening: &scheduler.Dampening{Threshold: 1, Window: time.Second, Factor: 4, MinWeight: 1}}},
+		{name: "negative quantum", cfg: scheduler.Config{Quantum: -1}, wantErr: true},
+		{name: "quantum too large", cfg: scheduler.Config{Quantum: scheduler.QuantumMax + 1}, wantErr: true},
+		{name: "negative batch", cfg: scheduler.Config{MaxBatch: -1}, wantErr: true},
+		{name: "dampening without threshold", cfg: scheduler.Config{Dampening: &scheduler.Dampening{}}, wantErr: true},
+		{name: "dampening window too small", cfg: scheduler.Config{Dampening: &scheduler.Dampening{Threshold: 1, Window: time.Millisecond}}, wantErr: true},
+		{name: "dampening factor below 1", cfg: scheduler.Config{Dampening: &scheduler.Dampening{Threshold: 1, Factor: 0.5}}, wantErr: true},
+		{name: "dampening factor NaN", cfg: scheduler.Config{Dampening: &scheduler.Dampening{Threshold: 1, Factor: math.NaN()}}, wantErr: true},
+		{name: "dampening min weight above 1", cfg: scheduler.Config{Dampening: &scheduler.Dampening{Threshold: 1, MinWeight: 2}}, wantErr: true},
+		{name: "dampening min weight negative", cfg: scheduler.Config{Dampening: &scheduler.Dampening{Threshold: 1, MinWeight: -1}}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := scheduler.New(tc.cfg)
+			if tc.wantErr != (err != nil) {
+				t.Fatalf("New: err = %v, want error: %v", err, tc.wantErr)
+			}
+			if err != nil && !errors.Is(err, scheduler.ErrInvalidConfig) {
+				t.Errorf("New: %v does not wrap ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+// TestWeightedShares: three tenants with weights 5/3/2, unbounded backlog and
+// every grant used (the pool is saturated), are charged 50/30/20 ±5% of the
+// cost over a fixed number of grants, whatever the cost unit and sizes.
+func TestWeightedShares(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		cfg    scheduler.Config
+		cost   map[string]func(int64) int64
+		grants int
+	}{
+		{name: "events, defaults", grants: 1000},
+		{name: "events, quantum below batch", cfg: scheduler.Config{Quantum: 100, MaxBatch: 500}, grants: 1000},
+		{name: "events, quantum not a multiple of batch", cfg: scheduler.Config{Quantum: 300, MaxBatch: 128}, grants: 3000},
+		{
+			name:   "bytes, sizes vary per event and per tenant",
+			cfg:    scheduler.Config{Quantum: 64 << 10, MaxBatch: 500},
+			cost:   map[string]func(int64) int64{"a": costRange(100, 1100), "b": costRange(1000, 5000), "c": costRange(50, 150)},
+			grants: 3000,
+		},
+		{
+			name:   "bytes, events larger than the quantum (overdraft)",
+			cfg:    scheduler.Config{Quantum: 1000, MaxBatch: 100},
+			cost:   map[string]func(int64) int64{"a": costRange(200, 5000), "b": costRange(200, 5000), "c": costRange(10, 20)},
+			grants: 6000,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, tc.cfg)
+			s.SetBacklog(key("a"), unbounded, 5)
+			s.SetBacklog(key("b"), unbounded, 3)
+			s.SetBacklog(key("c"), unbounded, 2)
+			d := newSyncDispatcher(t, s)
+			if tc.cost != nil {
+				d.cost = tc.cost
+			}
+			d.run(tc.grants)
+			got := shares(d.costs)
+			t.Logf("cost shares over %d grants: %v", tc.grants, fmtShares(got))
+			checkShares(t, got, map[string]float64{"a": 0.5, "b": 0.3, "c": 0.2}, 0.05)
+		})
+	}
+}
+
+// TestLateArrival: a tenant arriving with one event behind another tenant's
+// huge backlog is granted before that tenant's next ⌈w·Quantum/MaxBatch⌉
+// grants (⌈weight⌉ batches with the defaults), wherever in the noisy
+// tenant's visit or round it arrives, and whether or not it was served
+// earlier in the round.
+func TestLateArrival(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		cfg      scheduler.Config
+		weightA  int
+		backlogA int64
+	}{
+		{name: "weight 1 behind 1M", weightA: 1, backlogA: 1_000_000},
+		{name: "weight 3 behind 200k", weightA: 3, backlogA: 200_000},
+		{name: "weight 5 behind 1M", weightA: 5, backlogA: 1_000_000},
+		{name: "weight 4, quantum 2 batches", cfg: scheduler.Config{Quantum: 1000, MaxBatch: 500}, weightA: 4, backlogA: 1_000_000},
+	}
+	for _, tc := range tests {
+		cfg := tc.cfg.WithDefaults()
+		bound := int(math.Ceil(float64(int64(tc.weightA)*cfg.Quantum) / float64(cfg.MaxBatch)))
+		for _, servedBefore := range []bool{false, true} {
+			for before := range 2*bound + 2 {
+				name := fmt.Sprintf("%s/after %d grants/served before %v", tc.name, before, servedBefore)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					s := setup(t, tc.cfg)
+					d := newSyncDispatcher(t, s)
+					s.SetBacklog(key("a"), tc.backlogA, tc.weightA)
+					if servedBefore {
+						s.SetBacklog(key("b"), 1, 1)
+						for d.events["b"] == 0 {
+							d.run(1)
+						}
+					}
+					d.run(before)
+					s.SetBacklog(key("b"), 1, 1)
+					var aGrants int
+					for {
+						g, _ := d.step()
+						if g.Key.Tenant == "b" {
+							break
+						}
+						aGrants++
+						if aGrants > bound {
+							t.Fatalf("b waited for more than %d of a's grants", bound)
+						}
+					}
+					if got := d.events["a"]; got > tc.backlogA {
+						t.Fatalf("a dispatched %d > backlog %d", got, tc.backlogA)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestManyTenantsOneRound: with 10,000 active tenants every one is granted
+// once per round, a tenant arriving mid-round is granted before anyone's
+// next grant, and Next never examines a key it does not grant.
+func TestManyTenantsOneRound(t *testing.T) {
+	t.Parallel()
+	const n = 10_000
+	s := setup(t, scheduler.Config{})
+	for i := range n {
+		s.SetBacklog(key(fmt.Sprintf("t%05d", i)), unbounded, 1)
+	}
+	d := newSyncDispatcher(t, s)
+	d.run(n)
+	if len(d.events) != n {
+		t.Fatalf("first round granted %d distinct tenants, want %d", len(d.events), n)
+	}
+	for tenant, ev := range d.events {
+		if ev != scheduler.QuantumDefault {
+			t.Fatalf("tenant %s got %d events in round 1, want %d", tenant, ev, scheduler.QuantumDefault)
+		}
+	}
+
+	d.run(n / 2) // half way through round 2
+	s.SetBacklog(key("late"), 1, 1)
+	seen := map[string]bool{}
+	for {
+		g, _ := d.step()
+		if g.Key.Tenant == "late" {
+			break
+		}
+		if seen[g.Key.Tenant] {
+			t.Fatalf("tenant %s granted twice before the late tenant", g.Key.Tenant)
+		}
+		seen[g.Key.Tenant] = true
+	}
+	st := s.Stats()
+	if st.Scans != st.Grants {
+		t.Errorf("Stats: %d scans for %d grants, want one scan per grant", st.Scans, st.Grants)
+	}
+	if st.Active != n {
+		t.Errorf("Stats.Active = %d, want %d", st.Active, n)
+	}
+}
+
+func TestBlocked(t *testing.T) {
+	t.Parallel()
+
+	t.Run("skipped and charged nothing, rejoins within one round", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		for _, tn := range []string{"a", "b", "c"} {
+			s.SetBacklog(key(tn), unbounded, 1)
+		}
+		s.SetBlocked(key("b"), true)
+		d := newSyncDispatcher(t, s)
+		d.run(30)
+		if d.events["b"] != 0 {
+			t.Fatalf("blocked tenant b was granted %d events", d.events["b"])
+		}
+		if st := s.Stats(); st.Blocked != 1 || st.Active != 2 {
+			t.Errorf("Stats = %+v, want Blocked 1, Active 2", st)
+		}
+		s.SetBlocked(key("b"), false)
+		g1, _ := d.step()
+		g2, _ := d.step()
+		if g1.Key.Tenant != "b" && g2.Key.Tenant != "b" {
+			t.Fatalf("unblocked b not granted within one round: got %s, %s", g1.Key.Tenant, g2.Key.Tenant)
+		}
+		if d.events["b"] != scheduler.QuantumDefault {
+			t.Errorf("b got %d events on rejoin, want one quantum (%d)", d.events["b"], scheduler.QuantumDefault)
+		}
+	})
+
+	t.Run("all blocked: nothing dispatchable", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		s.SetBacklog(key("a"), 10, 1)
+		s.SetBlocked(key("a"), true)
+		if g, ok := s.Next(); ok {
+			t.Fatalf("Next = %+v, want nothing", g)
+		}
+		s.SetBlocked(key("a"), false)
+		if _, ok := s.Next(); !ok {
+			t.Fatal("Next after unblock: nothing")
+		}
+	})
+
+	t.Run("keeps its place and remaining credit within the round", func(t *testing.T) {
+		t.Parallel()
+		// Quantum of two batches: a visit is two grants.
+		s := setup(t, scheduler.Config{Quantum: 1000, MaxBatch: 500})
+		for _, tn := range []string{"a", "b", "c"} {
+			s.SetBacklog(key(tn), unbounded, 1)
+		}
+		d := newSyncDispatcher(t, s)
+		d.run(3) // a, a, b
+		if got := d.order[2].Key.Tenant; got != "b" {
+			t.Fatalf("grant 3 went to %s, want b", got)
+		}
+		s.SetBlocked(key("b"), true) // b blocked with 500 of its 1000 left
+		g, _ := d.step()
+		if g.Key.Tenant != "c" {
+			t.Fatalf("grant 4 went to %s, want c", g.Key.Tenant)
+		}
+		s.SetBlocked(key("b"), false)
+		d.run(1) // c's second batch
+		g, _ = d.step()
+		if g.Key.Tenant != "b" || g.MaxCost != 500 {
+			t.Fatalf("after unblock got %+v, want b with its remaining 500", g)
+		}
+		g, _ = d.step()
+		if g.Key.Tenant != "a" {
+			t.Fatalf("round 2 starts with %s, want a", g.Key.Tenant)
+		}
+		if d.events["b"] != 1000 {
+			t.Errorf("b got %d events in round 1, want exactly one quantum (1000)", d.events["b"])
+		}
+	})
+
+	t.Run("accumulates no credit while blocked", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{Quantum: 1000, MaxBatch: 500})
+		s.SetBacklog(key("a"), unbounded, 1)
+		s.SetBacklog(key("b"), unbounded, 1)
+		d := newSyncDispatcher(t, s)
+		d.run(3) // a, a, b: b has 500 left
+		s.SetBlocked(key("b"), true)
+		d.run(100) // fifty rounds of a alone
+		s.SetBlocked(key("b"), false)
+		for {
+			g, _ := d.step()
+			if g.Key.Tenant == "b" {
+				if g.MaxCost != 1000 {
+					t.Fatalf("b rejoined with credit %d, want one quantum (1000)", g.MaxCost)
+				}
+				break
+			}
+		}
+	})
+
+	t.Run("skipping 9,999 blocked tenants costs nothing", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		for i := range 9_999 {
+			k := key(fmt.Sprintf("t%04d", i))
+			s.SetBacklog(k, unbounded, 1)
+			s.SetBlocked(k, true)
+		}
+		s.SetBacklog(key("free"), unbounded, 1)
+		d := newSyncDispatcher(t, s)
+		d.run(1000)
+		if d.events["free"] != 1000*scheduler.QuantumDefault {
+			t.Fatalf("free tenant got %d events, want every grant", d.events["free"])
+		}
+		if st := s.Stats(); st.Scans != st.Grants || st.Blocked != 9_999 {
+			t.Errorf("Stats = %+v, want one scan per grant and 9999 blocked", st)
+		}
+	})
+}
+
+// TestBlockingGainsNoShare: a tenant that hits its slot limit after every
+// grant and is released soon after gets no more than its weight's share,
+// and no less.
+func TestBlockingGainsNoShare(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// releaseAfter is how many grants of other tenants pass before c's
+		// slot is released; 0 releases it as soon as c's batch is handed off.
+		releaseAfter int
+	}{
+		{name: "released at once", releaseAfter: 0},
+		{name: "released after one other grant", releaseAfter: 1},
+		{name: "released after two other grants", releaseAfter: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, scheduler.Config{})
+			for _, tn := range []string{"a", "b", "c"} {
+				s.SetBacklog(key(tn), unbounded, 1)
+			}
+			d := newSyncDispatcher(t, s)
+			pending := -1 // grants of others until c's release; -1 when c holds no slot
+			d.afterGrant = func(g scheduler.Grant, _, _ int64) {
+				if g.Key.Tenant == "c" {
+					s.SetBlocked(key("c"), true) // limit 1: its one slot is taken
+					pending = tc.releaseAfter
+				} else if pending > 0 {
+					pending--
+				}
+				if pending == 0 {
+					s.SetBlocked(key("c"), false)
+					pending = -1
+				}
+			}
+			d.run(3000)
+			got := shares(d.events)
+			t.Logf("shares: %v", fmtShares(got))
+			checkShares(t, got, map[string]float64{"a": 1.0 / 3, "b": 1.0 / 3, "c": 1.0 / 3}, 0.05)
+		})
+	}
+}
+
+// TestDampening: a tenant that dispatched more than Threshold events within
+// Window earns its quantum at weight/Factor (never below MinWeight) while
+// the window lasts, and its full weight once the window has passed.
+func TestDampening(t *testing.T) {
+	t.Parallel()
+	const window = 10 * time.Second
+	tests := []struct {
+		name      string
+		dampening *scheduler.Dampening
+		wantA     float64 // a's share while dampened
+	}{
+		{name: "off", dampening: nil, wantA: 0.5},
+		{name: "factor 2", dampening: &scheduler.Dampening{Threshold: 100_000, Window: window, Factor: 2}, wantA: 1.0 / 3},
+		{name: "factor 4", dampening: &scheduler.Dampening{Threshold: 100_000, Window: window, Factor: 4}, wantA: 0.2},
+		{name: "factor 100 floors at MinWeight 0.1", dampening: &scheduler.Dampening{Threshold: 100_000, Window: window, Factor: 100}, wantA: 0.1 / 1.1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock()
+			s := setup(t, scheduler.Config{Dampening: tc.dampening, Clock: clock.Now})
+			d := newSyncDispatcher(t, s)
+
+			// a alone: a 200k-event burst, above the 100k threshold.
+			s.SetBacklog(key("a"), unbounded, 1)
+			d.run(400)
+
+			// b arrives; a is dampened for the rest of the window.
+			s.SetBacklog(key("b"), unbounded, 1)
+			phase := func(name string, grants int, wantA float64) {
+				t.Helper()
+				d.events = map[string]int64{}
+				d.run(grants)
+				got := shares(d.events)
+				t.Logf("%s: %v", name, fmtShares(got))
+				checkShares(t, got, map[string]float64{"a": wantA, "b": 1 - wantA}, 0.05)
+			}
+			phase("inside the window", 200, tc.wantA)
+			clock.Advance(window / 2)
+			phase("half a window later", 200, tc.wantA)
+			clock.Advance(window)
+			phase("after the window", 200, 0.5)
+
+			st := s.Stats()
+			if (tc.dampening != nil) != (st.DampenedVisits > 0) {
+				t.Errorf("Stats.DampenedVisits = %d with dampening %v", st.DampenedVisits, tc.dampening)
+			}
+		})
+	}
+}
+
+func TestDone(t *testing.T) {
+	t.Parallel()
+
+	t.Run("without a grant", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		if err := s.Done(key("nobody"), 1, 1); !errors.Is(err, scheduler.ErrNoGrant) {
+			t.Errorf("Done unknown key: %v, want ErrNoGrant", err)
+		}
+		s.SetBacklog(key("a"), 10, 1)
+		if err := s.Done(key("a"), 1, 1); !errors.Is(err, scheduler.ErrNoGrant) {
+			t.Errorf("Done before Next: %v, want ErrNoGrant", err)
+		}
+		g, _ := s.Next()
+		if err := s.Done(g.Key, 1, 1); err != nil {
+			t.Fatalf("Done: %v", err)
+		}
+		if err := s.Done(g.Key, 1, 1); !errors.Is(err, scheduler.ErrNoGrant) {
+			t.Errorf("second Done: %v, want ErrNoGrant", err)
+		}
+		g, _ = s.Next()
+		s.Remove(g.Key)
+		if err := s.Done(g.Key, 1, 1); !errors.Is(err, scheduler.ErrNoGrant) {
+			t.Errorf("Done after Remove: %v, want ErrNoGrant", err)
+		}
+		if st := s.Stats(); st.Known != 0 || st.InFlight != 0 || st.Active != 0 {
+			t.Errorf("Stats after Remove = %+v", st)
+		}
+	})
+
+	t.Run("one grant per key at a time", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		s.SetBacklog(key("a"), unbounded, 5)
+		g, _ := s.Next()
+		if g2, ok := s.Next(); ok {
+			t.Fatalf("second Next while a's grant is out = %+v, want nothing", g2)
+		}
+		if st := s.Stats(); st.InFlight != 1 {
+			t.Errorf("Stats.InFlight = %d, want 1", st.InFlight)
+		}
+		if err := s.Done(g.Key, 500, 500); err != nil {
+			t.Fatal(err)
+		}
+		if g, ok := s.Next(); !ok || g.Key.Tenant != "a" || g.MaxCost != 2000 {
+			t.Fatalf("Next after Done = %+v %v, want a continuing its visit with 2000 left", g, ok)
+		}
+	})
+
+	t.Run("empty reads do not hold the round", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		s.SetBacklog(key("a"), unbounded, 1)
+		s.SetBacklog(key("b"), unbounded, 1)
+		bGrants := 0
+		for range 20 {
+			g, _ := s.Next()
+			var n int64
+			if g.Key.Tenant == "b" {
+				n = int64(g.MaxEvents)
+				bGrants++
+			}
+			if err := s.Done(g.Key, n, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if bGrants != 10 {
+			t.Errorf("b got %d of 20 grants while a read nothing, want 10", bGrants)
+		}
+	})
+
+	t.Run("slot taken by someone else keeps place and credit", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		s.SetBacklog(key("a"), unbounded, 1)
+		g, _ := s.Next()
+		s.SetBlocked(g.Key, true)
+		if err := s.Done(g.Key, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		s.SetBlocked(g.Key, false)
+		if g2, ok := s.Next(); !ok || g2 != g {
+			t.Fatalf("Next after failed slot = %+v, want the same grant %+v", g2, g)
+		}
+	})
+}
+
+func TestBacklog(t *testing.T) {
+	t.Parallel()
+
+	t.Run("grants are bounded by backlog and MaxBatch", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		s.SetBacklog(key("a"), 1200, 1)
+		wantMax := []int{500, 500, 200}
+		for i, want := range wantMax {
+			g, ok := s.Next()
+			if !ok || g.MaxEvents != want {
+				t.Fatalf("grant %d = %+v, want MaxEvents %d", i, g, want)
+			}
+			if err := s.Done(g.Key, int64(g.MaxEvents), int64(g.MaxEvents)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if g, ok := s.Next(); ok {
+			t.Fatalf("drained tenant granted %+v", g)
+		}
+		if st := s.Stats(); st.Active != 0 || st.Known != 1 {
+			t.Errorf("Stats = %+v, want idle and known", st)
+		}
+	})
+
+	t.Run("partial batch leaves credit", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		s.SetBacklog(key("a"), 1000, 1)
+		g, _ := s.Next()
+		if err := s.Done(g.Key, 300, 300); err != nil {
+			t.Fatal(err)
+		}
+		g, _ = s.Next()
+		if g.MaxEvents != 500 || g.MaxCost != 200 {
+			t.Fatalf("grant after partial batch = %+v, want MaxEvents 500, MaxCost 200", g)
+		}
+	})
+
+	t.Run("zero backlog leaves the round", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{})
+		s.SetBacklog(key("a"), 10, 1)
+		s.SetBacklog(key("a"), 0, 1)
+		s.SetBacklog(key("never"), 0, 1)
+		if g, ok := s.Next(); ok {
+			t.Fatalf("Next = %+v, want nothing", g)
+		}
+		if st := s.Stats(); st.Known != 1 {
+			t.Errorf("Stats.Known = %d, want 1 (zero backlog for an unknown key creates nothing)", st.Known)
+		}
+	})
+
+	t.Run("weights are clamped", func(t *testing.T) {
+		t.Parallel()
+		tests := []struct {
+			weight   int
+			wantCost int64
+		}{
+			{weight: -3, wantCost: scheduler.QuantumDefault},
+			{weight: 0, wantCost: scheduler.QuantumDefault},
+			{weight: 7, wantCost: 7 * scheduler.QuantumDefault},
+			{weight: 1 << 30, wantCost: scheduler.WeightMax * scheduler.QuantumDefault},
+		}
+		for _, tc := range tests {
+			s := setup(t, scheduler.Config{})
+			s.SetBacklog(key("a"), unbounded, tc.weight)
+			if g, _ := s.Next(); g.MaxCost != tc.wantCost {
+				t.Errorf("weight %d: MaxCost %d, want %d", tc.weight, g.MaxCost, tc.wantCost)
+			}
+		}
+	})
+}
+
+func TestGrantAllows(t *testing.T) {
+	t.Parallel()
+	g := scheduler.Grant{MaxEvents: 3, MaxCost: 100}
+	tests := []struct {
+		taken       int
+		spent, next int64
+		want        bool
+	}{
+		{taken: 0, spent: 0, next: 1000, want: true}, // always one event
+		{taken: 1, spent: 50, next: 50, want: true},
+		{taken: 1, spent: 50, next: 51, want: false},
+		{taken: 2, spent: 2, next: 1, want: true},
+		{taken: 3, spent: 3, next: 1, want: false}, // MaxEvents
+	}
+	for _, tc := range tests {
+		if got := g.Allows(tc.taken, tc.spent, tc.next); got != tc.want {
+			t.Errorf("Allows(%d, %d, %d) = %v, want %v", tc.taken, tc.spent, tc.next, got, tc.want)
+		}
+	}
+}
+
+// TestConcurrentUse: several dispatcher goroutines share one Scheduler (run
+// with -race). A key never has two grants out at once, and every event of a
+// finite backlog is dispatched exactly once.
+func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
+	const tenants, perTenant, workers = 50, 10_000, 4
+	s := setup(t, scheduler.Config{MaxBatch: 100})
+	for i := range tenants {
+		s.SetBacklog(key(fmt.Sprintf("t%02d", i)), perTenant, 1+i%3)
+	}
+	var (
+		mu       sync.Mutex
+		out      = map[scheduler.Key]bool{}
+		total    int64
+		wg       sync.WaitGroup
+		failures = make(chan string, workers)
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				g, ok := s.Next()
+				if !ok {
+					if st := s.Stats(); st.Active == 0 && st.InFlight == 0 {
+						return
+					}
+					runtime.Gosched() // another worker holds the last grants
+					continue
+				}
+				mu.Lock()
+				if out[g.Key] {
+					mu.Unlock()
+					failures <- fmt.Sprintf("two grants out for %v", g.Key)
+					return
+				}
+				out[g.Key] = true
+				total += int64(g.MaxEvents)
+				mu.Unlock()
+				s.SetBlocked(g.Key, true)
+				s.SetBlocked(g.Key, false)
+				mu.Lock()
+				out[g.Key] = false
+				mu.Unlock()
+				if err := s.Done(g.Key, int64(g.MaxEvents), int64(g.MaxEvents)); err != nil {
+					failures <- err.Error()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(failures)
+	for f := range failures {
+		t.Error(f)
+	}
+	if total != tenants*perTenant {
+		t.Errorf("dispatched %d events, want %d", total, tenants*perTenant)
+	}
+}
