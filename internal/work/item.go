@@ -1,0 +1,118 @@
+package work
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fairwayhq/fairway/pkg/events"
+)
+
+// Stream and subject names.
+const (
+	StreamName    = "WORK"
+	SubjectPrefix = "work"
+)
+
+// ErrInvalidItem marks a work item that cannot be handed off or applied.
+var ErrInvalidItem = errors.New("invalid work item")
+
+// Item is one batch of a tenant's events for one destination: the PRODUCTS
+// sequences From..To (inclusive) on the tenant's subjects, Count of them,
+// dispatched under the slot lease LeaseID with fencing token Token.
+type Item struct {
+	Tenant       string    `json:"tenant"`
+	Dest         string    `json:"dest"`
+	FromSeq      uint64    `json:"from_seq"`
+	ToSeq        uint64    `json:"to_seq"`
+	Count        int       `json:"count"`
+	LeaseID      string    `json:"lease_id"`
+	Token        int64     `json:"token"`
+	DispatchedAt time.Time `json:"dispatched_at"`
+	// Replay is set when the range is dispatched again after an operator
+	// rewound the cursor.
+	Replay bool `json:"replay,omitempty"`
+}
+
+// Validate checks the fields a sink relies on.
+func (it Item) Validate() error {
+	var errs []string
+	if err := events.ValidateTenant(it.Tenant); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if err := validDestToken(it.Dest); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if it.FromSeq == 0 || it.ToSeq < it.FromSeq {
+		errs = append(errs, fmt.Sprintf("range %d..%d is empty or reversed", it.FromSeq, it.ToSeq))
+	}
+	if it.Count < 1 || uint64(it.Count) > it.ToSeq-it.FromSeq+1 {
+		errs = append(errs, fmt.Sprintf("count %d does not fit range %d..%d", it.Count, it.FromSeq, it.ToSeq))
+	}
+	if it.LeaseID == "" {
+		errs = append(errs, "lease_id is empty")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidItem, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// validDestToken accepts a destination that is safe as one subject token:
+// postgres, clickhouse or b2b:<partner> with a tenant-id-like partner.
+func validDestToken(d string) error {
+	switch {
+	case d == "postgres", d == "clickhouse":
+		return nil
+	case strings.HasPrefix(d, "b2b:"):
+		if err := events.ValidateTenant(strings.TrimPrefix(d, "b2b:")); err != nil {
+			return fmt.Errorf("destination %q: partner name: %v", d, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("destination %q is not postgres, clickhouse or b2b:<partner>", d)
+}
+
+// Subject is work.<dest>.<tenant>.
+func (it Item) Subject() string { return Subject(it.Dest, it.Tenant) }
+
+// Subject returns work.<dest>.<tenant>. Both must be valid (Item.Validate).
+func Subject(dest, tenant string) string {
+	return SubjectPrefix + "." + dest + "." + tenant
+}
+
+// FilterSubject is the WORK subject filter of one destination's consumer.
+func FilterSubject(dest string) string { return SubjectPrefix + "." + dest + ".>" }
+
+// MsgID makes a re-sent item a duplicate and a replayed range new work.
+func (it Item) MsgID() string {
+	return fmt.Sprintf("%s/%s/%d-%d/%d", it.Dest, it.Tenant, it.FromSeq, it.ToSeq, it.Token)
+}
+
+// Msg returns the message that hands it off.
+func (it Item) Msg() (*nats.Msg, error) {
+	if err := it.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(it)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(it.Subject())
+	m.Header.Set(nats.MsgIdHdr, it.MsgID())
+	m.Data = b
+	return m, nil
+}
+
+// Decode reads an Item from a WORK message body and validates it.
+func Decode(data []byte) (Item, error) {
+	var it Item
+	if err := json.Unmarshal(data, &it); err != nil {
+		return it, fmt.Errorf("%w: %v", ErrInvalidItem, err)
+	}
+	return it, it.Validate()
+}

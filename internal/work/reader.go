@@ -1,0 +1,178 @@
+package work
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fairwayhq/fairway/pkg/events"
+)
+
+// ErrStreamRead marks a direct-get that failed on the server's side.
+var ErrStreamRead = errors.New("read PRODUCTS")
+
+// Stored is one event read back from PRODUCTS.
+type Stored struct {
+	Seq     uint64
+	Subject string
+	Time    time.Time // when JetStream stored it (the publish time)
+	Header  nats.Header
+	Data    []byte
+}
+
+// Batch is the answer to one Reader.Next call.
+type Batch struct {
+	Msgs []Stored
+	// Pending is how many of the tenant's events remain after the last
+	// message returned (as the server counted them).
+	Pending uint64
+}
+
+// Reader reads one tenant's events from PRODUCTS by sequence with batched
+// direct gets ($JS.API.DIRECT.GET.<stream> with next_by_subj and batch): no
+// consumer is created, so reading costs no server state per tenant. The
+// stream must have AllowDirect (events.EnsureStream sets it).
+type Reader struct {
+	nc      *nats.Conn
+	stream  string
+	timeout time.Duration
+}
+
+// ReaderTimeoutDefault bounds one direct-get exchange when ctx has no deadline.
+const ReaderTimeoutDefault = 10 * time.Second
+
+// NewReader returns a Reader on stream (default PRODUCTS).
+func NewReader(nc *nats.Conn, stream string) *Reader {
+	return &Reader{nc: nc, stream: cmp.Or(stream, events.StreamName), timeout: ReaderTimeoutDefault}
+}
+
+type directGetRequest struct {
+	Seq      uint64 `json:"seq,omitempty"`
+	NextFor  string `json:"next_by_subj,omitempty"`
+	Batch    int    `json:"batch,omitempty"`
+	MaxBytes int    `json:"max_bytes,omitempty"`
+	NoHdr    bool   `json:"no_hdr,omitempty"`
+}
+
+// ReadOptions shape one Next call.
+type ReadOptions struct {
+	Max      int  // most messages, default 500
+	MaxBytes int  // stop after about this many bytes (0: server default)
+	NoData   bool // headers only: sequences and subjects, no bodies (data is still sent by the server; NoData drops it client side)
+}
+
+// Next returns up to opts.Max of tenant's events with sequence ≥ from and
+// ≤ upTo (0: no upper bound), in order. An empty batch means none exist yet.
+func (r *Reader) Next(ctx context.Context, tenant string, from, upTo uint64, opts ReadOptions) (Batch, error) {
+	subj, err := events.TenantSubjects(tenant)
+	if err != nil {
+		return Batch{}, err
+	}
+	max := cmp.Or(opts.Max, 500)
+	if upTo > 0 && upTo >= from && upTo-from+1 < uint64(max) {
+		max = int(upTo - from + 1)
+	}
+	req, _ := json.Marshal(directGetRequest{Seq: max64(from, 1), NextFor: subj, Batch: max, MaxBytes: opts.MaxBytes})
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+	}
+	inbox := r.nc.NewRespInbox()
+	ch := make(chan *nats.Msg, max+2)
+	sub, err := r.nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return Batch{}, fmt.Errorf("%w: subscribe: %v", ErrStreamRead, err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // best effort
+	if err := r.nc.PublishRequest("$JS.API.DIRECT.GET."+r.stream, inbox, req); err != nil {
+		return Batch{}, fmt.Errorf("%w: %v", ErrStreamRead, err)
+	}
+	var b Batch
+	for {
+		var m *nats.Msg
+		select {
+		case <-ctx.Done():
+			return b, fmt.Errorf("%w: tenant %s from %d: %v", ErrStreamRead, tenant, from, ctx.Err())
+		case m = <-ch:
+		}
+		if len(m.Data) == 0 && m.Header != nil {
+			switch status := m.Header.Get("Status"); status {
+			case "204": // end of batch
+				b.Pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				return trim(b, upTo), nil
+			case "404": // nothing at or after from
+				return b, nil
+			case "408":
+				return b, fmt.Errorf("%w: tenant %s from %d: request timeout", ErrStreamRead, tenant, from)
+			case "503":
+				return b, fmt.Errorf("%w: no responders for %s (does the stream exist with allow_direct?)", ErrStreamRead, r.stream)
+			case "":
+				// a stored message without a body: fall through
+			default:
+				return b, fmt.Errorf("%w: status %s %s", ErrStreamRead, status, m.Header.Get("Description"))
+			}
+		}
+		seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+		if err != nil {
+			return b, fmt.Errorf("%w: reply without Nats-Sequence", ErrStreamRead)
+		}
+		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp"))
+		s := Stored{Seq: seq, Subject: m.Header.Get("Nats-Subject"), Time: ts, Header: m.Header}
+		if !opts.NoData {
+			s.Data = m.Data
+		}
+		b.Msgs = append(b.Msgs, s)
+	}
+}
+
+// trim drops messages past upTo; they are counted back into Pending.
+func trim(b Batch, upTo uint64) Batch {
+	if upTo == 0 {
+		return b
+	}
+	for i, m := range b.Msgs {
+		if m.Seq > upTo {
+			b.Pending += uint64(len(b.Msgs) - i)
+			b.Msgs = b.Msgs[:i]
+			break
+		}
+	}
+	return b
+}
+
+// ReadRange returns every event of it's tenant in it.FromSeq..it.ToSeq. It
+// fails if fewer than it.Count events are left in the range (the stream's
+// limits removed some): the caller decides whether that is a loss to report.
+func (r *Reader) ReadRange(ctx context.Context, it Item) ([]Stored, error) {
+	out := make([]Stored, 0, it.Count)
+	for from := it.FromSeq; from <= it.ToSeq && len(out) < it.Count; {
+		b, err := r.Next(ctx, it.Tenant, from, it.ToSeq, ReadOptions{Max: min(it.Count-len(out), 1000)})
+		if err != nil {
+			return out, err
+		}
+		if len(b.Msgs) == 0 {
+			break
+		}
+		out = append(out, b.Msgs...)
+		from = b.Msgs[len(b.Msgs)-1].Seq + 1
+	}
+	if len(out) < it.Count {
+		return out, fmt.Errorf("%w: tenant %s range %d..%d holds %d of %d events (aged out or deleted?)",
+			ErrStreamRead, it.Tenant, it.FromSeq, it.ToSeq, len(out), it.Count)
+	}
+	return out, nil
+}
+
+func max64(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}

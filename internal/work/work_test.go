@@ -1,0 +1,167 @@
+package work_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+)
+
+func TestItemValidate(t *testing.T) {
+	t.Parallel()
+	ok := work.Item{Tenant: "acme", Dest: "postgres", FromSeq: 3, ToSeq: 9, Count: 4, LeaseID: "acme/postgres/0/1", Token: 1}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(*work.Item){
+		"bad tenant":       func(i *work.Item) { i.Tenant = "a.b" },
+		"wildcard tenant":  func(i *work.Item) { i.Tenant = ">" },
+		"unknown dest":     func(i *work.Item) { i.Dest = "s3" },
+		"dest with dot":    func(i *work.Item) { i.Dest = "b2b:a.b" },
+		"reversed range":   func(i *work.Item) { i.FromSeq, i.ToSeq = 9, 3 },
+		"zero from":        func(i *work.Item) { i.FromSeq = 0 },
+		"count too large":  func(i *work.Item) { i.Count = 8 },
+		"zero count":       func(i *work.Item) { i.Count = 0 },
+		"missing lease id": func(i *work.Item) { i.LeaseID = "" },
+	}
+	for name, mutate := range cases {
+		it := ok
+		mutate(&it)
+		if err := it.Validate(); !errors.Is(err, work.ErrInvalidItem) {
+			t.Errorf("%s: err %v, want ErrInvalidItem", name, err)
+		}
+		if _, err := it.Msg(); err == nil {
+			t.Errorf("%s: Msg accepted an invalid item", name)
+		}
+	}
+	b2b := ok
+	b2b.Dest = "b2b:partner-1"
+	m, err := b2b.Msg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject != "work.b2b:partner-1.acme" || m.Header.Get("Nats-Msg-Id") != "b2b:partner-1/acme/3-9/1" {
+		t.Fatalf("subject %q msg id %q", m.Subject, m.Header.Get("Nats-Msg-Id"))
+	}
+	back, err := work.Decode(m.Data)
+	if err != nil || back != b2b {
+		t.Fatalf("decode: %+v %v", back, err)
+	}
+}
+
+// A replay of the same range under a new lease is new work; a re-send
+// under the same lease is a duplicate the stream drops.
+func TestWorkStreamDedup(t *testing.T) {
+	t.Parallel()
+	_, nc := testenv.NATS(t)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	s, err := work.EnsureStream(ctx, js, work.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := work.Item{Tenant: "acme", Dest: "clickhouse", FromSeq: 1, ToSeq: 5, Count: 5, LeaseID: "l", Token: 7}
+	send := func(it work.Item) *jetstream.PubAck {
+		m, err := it.Msg()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack
+	}
+	if send(it).Duplicate || !send(it).Duplicate {
+		t.Fatal("a re-sent item must be a duplicate")
+	}
+	it.Token = 8
+	if send(it).Duplicate {
+		t.Fatal("the same range under a new lease is new work")
+	}
+	info, _ := s.Info(ctx)
+	if info.State.Msgs != 2 {
+		t.Fatalf("WORK holds %d messages, want 2", info.State.Msgs)
+	}
+}
+
+func TestReaderReadsOneTenantInOrder(t *testing.T) {
+	t.Parallel()
+	_, nc := testenv.NATS(t)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := events.NewPublisher(js)
+	var evs []events.Event
+	for i := 1; i <= 30; i++ {
+		tenant := []string{"acme", "globex", "acme"}[i%3]
+		evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprintf("p%d", i), Version: 1, Op: events.OpUpsert,
+			OccurredAt: time.Now(), Payload: []byte(`{"i":` + fmt.Sprint(i) + `}`)})
+	}
+	var acmeSeqs []uint64
+	for i, r := range pub.Publish(ctx, evs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if evs[i].Tenant == "acme" {
+			acmeSeqs = append(acmeSeqs, r.Seq)
+		}
+	}
+	rd := work.NewReader(nc, "")
+	b, err := rd.Next(ctx, "acme", 1, 0, work.ReadOptions{Max: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Msgs) != 5 || b.Pending != uint64(len(acmeSeqs)-5) {
+		t.Fatalf("got %d msgs pending %d, want 5 and %d", len(b.Msgs), b.Pending, len(acmeSeqs)-5)
+	}
+	for i, m := range b.Msgs {
+		if m.Seq != acmeSeqs[i] || !strings.HasPrefix(m.Subject, "products.acme.") || m.Time.IsZero() {
+			t.Fatalf("msg %d = seq %d subject %s, want seq %d", i, m.Seq, m.Subject, acmeSeqs[i])
+		}
+		e, err := events.Decode(m.Data)
+		if err != nil || e.Tenant != "acme" {
+			t.Fatalf("decode %d: %+v %v", i, e, err)
+		}
+	}
+	// upTo trims the batch.
+	b, err = rd.Next(ctx, "acme", acmeSeqs[2], acmeSeqs[4], work.ReadOptions{Max: 100})
+	if err != nil || len(b.Msgs) != 3 || b.Msgs[2].Seq != acmeSeqs[4] {
+		t.Fatalf("upTo: %d msgs %v", len(b.Msgs), err)
+	}
+	// Past the end, and a tenant without events: empty, no error.
+	for _, tc := range []struct {
+		tenant string
+		from   uint64
+	}{{"acme", acmeSeqs[len(acmeSeqs)-1] + 1}, {"nobody", 1}} {
+		b, err := rd.Next(ctx, tc.tenant, tc.from, 0, work.ReadOptions{})
+		if err != nil || len(b.Msgs) != 0 {
+			t.Fatalf("%s from %d: %d msgs %v", tc.tenant, tc.from, len(b.Msgs), err)
+		}
+	}
+	if _, err := rd.Next(ctx, "a.b", 1, 0, work.ReadOptions{}); !errors.Is(err, events.ErrInvalidTenant) {
+		t.Fatalf("invalid tenant: %v", err)
+	}
+	// ReadRange returns the whole range across batches, and fails when the
+	// range holds fewer events than the item says.
+	it := work.Item{Tenant: "acme", Dest: "postgres", FromSeq: acmeSeqs[0], ToSeq: acmeSeqs[len(acmeSeqs)-1], Count: len(acmeSeqs), LeaseID: "l"}
+	all, err := rd.ReadRange(ctx, it)
+	if err != nil || len(all) != len(acmeSeqs) {
+		t.Fatalf("ReadRange: %d msgs %v", len(all), err)
+	}
+	it.Count++
+	it.ToSeq += 100
+	if _, err := rd.ReadRange(ctx, it); !errors.Is(err, work.ErrStreamRead) {
+		t.Fatalf("short range: %v", err)
+	}
+}
