@@ -96,7 +96,7 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		return err
 	}
-	pub, err := events.NewPublisher(js)
+	pub, err := events.NewPublisher(js, events.WithValidatedEvents())
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func run(ctx context.Context, cfg Config) error {
 	if _, err := events.EnsureStream(startCtx, js, cfg.Stream); err != nil {
 		return err
 	}
-	pub, err := events.NewPublisher(js)
+	pub, err := events.NewPublisher(js, events.WithValidatedEvents())
 	if err != nil {
 		return err
 	}

@@ -205,7 +205,7 @@ func (d *Decoder) complete(ev *Event, hasTime bool) error {
 	if !hasTime {
 		ev.OccurredAt = d.opts.Now()
 	}
-	return ev.Validate(d.opts.Limits)
+	return ev.validate(d.opts.Limits, true) // the whole item passed json.Valid
 }
 
 func (d *Decoder) tooLong(it Item, n int64) Item {

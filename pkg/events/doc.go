@@ -16,10 +16,11 @@
 // Events live in the stream PRODUCTS (EnsureStream) on the subject
 // products.<tenant>.<op> (Subject). A tenant id is one subject token
 // (ValidateTenant: ^[a-z0-9][a-z0-9_-]{0,62}$), so it can never add tokens
-// or wildcards. The message body is the event's JSON, tenant included; the
-// headers (HeaderTenant and friends) repeat fields for operators and set
-// Nats-Msg-Id to Event.Key() so that JetStream drops a repeat inside the
-// stream's duplicate window. Decode reads a stored body back.
+// or wildcards. The message body is the event's JSON, tenant included.
+// Headers are kept to what is needed: Nats-Msg-Id is Event.Key() so that
+// JetStream drops a repeat inside the stream's duplicate window, and
+// Fairway-Request-Id traces a request; the stream's own timestamp is the
+// publish time. Decode reads a stored body back.
 //
 // Note on durability: file storage does not fsync each message by default.
 // A single node killed hard can lose acknowledged events; production runs

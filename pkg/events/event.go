@@ -97,7 +97,12 @@ func (l Limits) WithDefaults() Limits {
 // order tenant, product_id, version, op, occurred_at, payload,
 // idempotency_key. The error is a *ValidationError, errors.Is
 // ErrInvalidEvent.
-func (e *Event) Validate(l Limits) error {
+func (e *Event) Validate(l Limits) error { return e.validate(l, false) }
+
+// validate is Validate; jsonChecked says the payload is a slice of a
+// document that already passed json.Valid (the decoder's case), so only
+// its kind, size, depth and numbers are checked again.
+func (e *Event) validate(l Limits, jsonChecked bool) error {
 	l = l.WithDefaults()
 	if e.Tenant == "" {
 		return invalid("tenant", "is required")
@@ -130,7 +135,7 @@ func (e *Event) Validate(l Limits) error {
 		if e.Op == OpUpsert {
 			return invalid("payload", "is required for upsert")
 		}
-	} else if err := checkPayload(e.Payload, l.MaxPayloadBytes); err != nil {
+	} else if err := checkPayload(e.Payload, l.MaxPayloadBytes, jsonChecked); err != nil {
 		return err
 	}
 	if e.IdempotencyKey != "" {
@@ -165,7 +170,7 @@ func checkText(field, s string, max int) error {
 
 // checkPayload checks that p is one JSON object within the size, depth and
 // number-length limits.
-func checkPayload(p json.RawMessage, max int) error {
+func checkPayload(p json.RawMessage, max int, jsonChecked bool) error {
 	if len(p) > max {
 		return invalid("payload", "is %d bytes, limit %d", len(p), max)
 	}
@@ -173,7 +178,7 @@ func checkPayload(p json.RawMessage, max int) error {
 	if len(t) == 0 {
 		return invalid("payload", "is empty; it must be a JSON object")
 	}
-	if !json.Valid(p) {
+	if !jsonChecked && !json.Valid(p) {
 		pos, msg := syntaxError(p)
 		return &ValidationError{Field: "payload", Reason: fmt.Sprintf("is not valid JSON at byte %d: %s", pos, msg), Err: ErrMalformedJSON}
 	}

@@ -46,6 +46,17 @@ func WithMaxInFlight(n int) PublisherOption {
 	}
 }
 
+// WithValidatedEvents tells the Publisher that its caller validates every
+// event before Publish (as ingest does through a Decoder with the same
+// Limits), so Publish checks only what the subject is built from (tenant and
+// op) instead of validating each event again.
+func WithValidatedEvents() PublisherOption {
+	return func(p *Publisher) error {
+		p.validated = true
+		return nil
+	}
+}
+
 // WithLimits sets the Limits events are validated against. Default
 // Limits{}.WithDefaults().
 func WithLimits(l Limits) PublisherOption {
@@ -76,17 +87,6 @@ func WithStream(name string) PublisherOption {
 			return fmt.Errorf("%w: empty stream name", ErrInvalidConfig)
 		}
 		p.stream = name
-		return nil
-	}
-}
-
-// WithClock sets the clock that stamps HeaderPublishedAt. Default time.Now.
-func WithClock(now func() time.Time) PublisherOption {
-	return func(p *Publisher) error {
-		if now == nil {
-			return fmt.Errorf("%w: nil clock", ErrInvalidConfig)
-		}
-		p.now = now
 		return nil
 	}
 }
@@ -122,8 +122,8 @@ type Publisher struct {
 	limits     Limits
 	ackTimeout time.Duration
 	stream     string
-	now        func() time.Time
 	pubOpts    []jetstream.PublishOpt
+	validated  bool
 }
 
 // NewPublisher returns a Publisher on js.
@@ -136,7 +136,6 @@ func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) (*Publisher, 
 		limits:     Limits{}.WithDefaults(),
 		ackTimeout: AckTimeoutDefault,
 		stream:     StreamName,
-		now:        time.Now,
 	}
 	for _, o := range opts {
 		if err := o(p); err != nil {
@@ -170,14 +169,13 @@ func (p *Publisher) Publish(ctx context.Context, evs []Event) []Result {
 		}
 		return res
 	}
-	publishedAt := p.now().UTC().Format(time.RFC3339Nano)
 	w := waiter{p: p, ctx: ctx, res: res}
 	defer w.stop()
 	pend := make([]pending, 0, len(evs))
 	head := 0 // pend[head:] are not resolved yet
 	for i := range evs {
 		e := &evs[i]
-		if err := e.Validate(p.limits); err != nil {
+		if err := p.check(e); err != nil {
 			res[i].Err = err
 			continue
 		}
@@ -212,7 +210,7 @@ func (p *Publisher) Publish(ctx context.Context, evs []Event) []Result {
 			res[i].Err = fmt.Errorf("publish: %w", context.Cause(ctx))
 			continue
 		}
-		paf, err := p.js.PublishMsgAsync(e.msg(publishedAt, reqID, p.stream), p.pubOpts...)
+		paf, err := p.js.PublishMsgAsync(e.msg(reqID, p.stream), p.pubOpts...)
 		if err != nil {
 			<-p.sem
 			res[i].Err = fmt.Errorf("publish: %w", err)
@@ -286,6 +284,21 @@ func checkRequestID(id string) error {
 		if id[i] < 0x20 || id[i] == 0x7f {
 			return fmt.Errorf("%w: %s has a control character at byte %d", ErrInvalidRequestID, quote(id), i)
 		}
+	}
+	return nil
+}
+
+// check validates e, or (WithValidatedEvents) only the parts of it that
+// become its subject, so nothing unvalidated ever reaches a subject.
+func (p *Publisher) check(e *Event) error {
+	if !p.validated {
+		return e.Validate(p.limits)
+	}
+	if reason := tenantProblem(e.Tenant); reason != "" {
+		return &ValidationError{Field: "tenant", Reason: quote(e.Tenant) + " " + reason, Err: ErrInvalidTenant}
+	}
+	if !e.Op.Valid() {
+		return invalid("op", "%s is not one of upsert, delete", quote(string(e.Op)))
 	}
 	return nil
 }
