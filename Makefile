@@ -27,9 +27,10 @@ demo: services ## Run the whole pipeline in one process with a noisy tenant and 
 	@$(WITH_ENV) $(GO) run ./cmd/fairway demo $(DEMO_ARGS)
 
 .PHONY: test
-test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStream) with -race
+test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStream) with -race, then each fuzz target briefly
 	@$(GO) vet $(PKGS)
 	@$(WITH_ENV) $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	@bash scripts/fuzz.sh $(or $(FUZZTIME_TEST),5s)
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 1m)

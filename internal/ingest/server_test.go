@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 type fixture struct {
 	url    string
@@ -57,6 +60,7 @@ func setup(t testing.TB, cfg ingest.Config) *fixture {
 		cfg.SpoolDir = t.TempDir()
 	}
 	cfg.Node = "test-node"
+	cfg.Logger = quietLogger()
 	srv, err := ingest.New(ingest.Deps{Publisher: pub, Tenants: store, Pool: pool,
 		Ready: ingest.DefaultChecks(js, pool, events.StreamName)}, &cfg)
 	if err != nil {

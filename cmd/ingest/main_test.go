@@ -1,0 +1,21 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseConfig(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://x@h/db", "NATS_URL": "nats://n:4222", "FAIRWAY_INGEST_LISTEN": ":9000"}
+	c, err := parseConfig([]string{"--max-events", "50"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != env["DATABASE_URL"] || c.NATSURL != env["NATS_URL"] || c.Listen != ":9000" || c.Ingest.MaxEvents != 50 {
+		t.Fatalf("config %+v", c)
+	}
+	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Fatalf("missing DATABASE_URL: %v", err)
+	}
+}
