@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ type cli struct {
 	getenv      func(string) string
 	out, errOut io.Writer
 	databaseURL string
+	natsURL     string
 	logFormat   string
 	logLevel    string
 }
@@ -38,10 +40,11 @@ func newRootCmd(getenv func(string) string, out, errOut io.Writer) *cobra.Comman
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
+	root.PersistentFlags().StringVar(&c.natsURL, "nats-url", cmp.Or(getenv("NATS_URL"), "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
 	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "text", "text or json")
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "warn", "debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(c.migrateCmd(), c.tenantsCmd(), c.adminTokenCmd(), c.demoCmd())
+	root.AddCommand(c.migrateCmd(), c.tenantsCmd(), c.adminTokenCmd(), c.demoCmd(), c.statusCmd())
 	return root
 }
 

@@ -1,0 +1,142 @@
+// Package status answers "what is every tenant waiting for?": per tenant
+// and destination, the backlog behind the dispatch cursor, the age of the
+// oldest waiting event, slots in use against the limit, the weight, dead
+// letters, and why work is waiting. `fairway status` prints it; the
+// dashboard serves it.
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// Reasons work waits (or does not).
+const (
+	ReasonIdle        = "idle"          // nothing behind the cursor, nothing running
+	ReasonApplying    = "applying"      // nothing left to dispatch; batches are being applied
+	ReasonDispatching = "dispatching"   // backlog and a free slot: the dispatcher will take it
+	ReasonAtLimit     = "at slot limit" // backlog, every slot busy
+	ReasonPaused      = "paused"        // the tenant is paused
+	ReasonLimitZero   = "limit 0"       // max_slots is 0: dispatch is switched off
+)
+
+// Row is the status of one (tenant, destination).
+type Row struct {
+	Tenant, Dest string
+	Backlog      uint64        // events behind the dispatch cursor
+	OldestAge    time.Duration // age of the oldest event behind the cursor (0 if none)
+	InUse, Limit int
+	Weight       int
+	Paused       bool
+	DeadLetters  uint64
+	NextSeq      uint64
+	Reason       string
+}
+
+// Pairs is what status needs from pkg/tenancy.
+type Pairs interface {
+	PairStatuses(ctx context.Context, tenant string) ([]tenancy.PairStatus, error)
+}
+
+// Source reads status from PostgreSQL (limits, slots, cursors) and JetStream
+// (backlog by direct get, dead letters by DLQ subject counts).
+type Source struct {
+	Pairs  Pairs
+	Reader *work.Reader
+	JS     jetstream.JetStream
+	// DLQStream is the dead-letter stream's name. Default "DLQ".
+	DLQStream string
+	Now       func() time.Time
+}
+
+// Rows returns one Row per known (tenant, destination), or only tenant's.
+func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
+	pairs, err := s.Pairs.PairStatuses(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := s.deadLetters(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	rows := make([]Row, 0, len(pairs))
+	for _, p := range pairs {
+		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
+			Paused: p.Paused, NextSeq: p.NextSeq, DeadLetters: dead[p.Dest+" "+p.Tenant]}
+		b, err := s.Reader.Next(ctx, p.Tenant, p.NextSeq, 0, work.ReadOptions{Max: 1})
+		if err != nil {
+			return nil, fmt.Errorf("backlog of %s/%s: %w", p.Tenant, p.Dest, err)
+		}
+		if len(b.Msgs) > 0 {
+			r.Backlog = 1 + b.Pending
+			r.OldestAge = max(0, now().Sub(b.Msgs[0].Time))
+		}
+		r.Reason = reason(r)
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func reason(r Row) string {
+	switch {
+	case r.Paused:
+		return ReasonPaused
+	case r.Backlog == 0 && r.InUse > 0:
+		return ReasonApplying
+	case r.Backlog == 0:
+		return ReasonIdle
+	case r.Limit == 0:
+		return ReasonLimitZero
+	case r.InUse >= r.Limit:
+		return ReasonAtLimit
+	default:
+		return ReasonDispatching
+	}
+}
+
+// deadLetters counts DLQ messages per "<dest> <tenant>" (subject
+// dlq.<dest>.<tenant>). A missing DLQ stream means none.
+func (s *Source) deadLetters(ctx context.Context, tenant string) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	if s.JS == nil {
+		return out, nil
+	}
+	name := s.DLQStream
+	if name == "" {
+		name = "DLQ"
+	}
+	st, err := s.JS.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: %w", err)
+	}
+	filter := "dlq.>"
+	if tenant != "" {
+		filter = "dlq.*." + tenant
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: %w", err)
+	}
+	for subj, n := range info.State.Subjects {
+		parts := strings.SplitN(subj, ".", 3)
+		if len(parts) == 3 {
+			out[parts[1]+" "+parts[2]] += n
+		}
+	}
+	return out, nil
+}

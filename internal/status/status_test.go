@@ -1,0 +1,110 @@
+package status_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/status"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+func TestRowsExplainWhyWorkWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := tenancy.New(pool, nil)
+	_, nc := testenv.NATS(t)
+	js, _ := jetstream.New(nc)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := events.NewPublisher(js)
+	var evs []events.Event
+	for i, tenant := range []string{"acme", "acme", "acme", "busy", "sleepy", "open"} {
+		evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprint(i), Version: 1, Op: events.OpUpsert,
+			OccurredAt: time.Now(), Payload: []byte(`{}`)})
+	}
+	for _, r := range pub.Publish(ctx, evs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	// acme: 3 events, cursor past the first → backlog 2, its one slot held.
+	if _, err := st.Dispatch(ctx, "acme", "postgres", "d1", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	// busy: backlog 1, limit 0. sleepy: paused. open: backlog, free slot.
+	// quiet: nothing at all. done: slot held, nothing left.
+	for _, tn := range []string{"busy", "sleepy", "open", "quiet"} {
+		if _, err := st.Cursor(ctx, tn, "postgres"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.SetLimit(ctx, "busy", "postgres", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetPaused(ctx, "sleepy", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Acquire(ctx, "done", "clickhouse", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := js.Publish(ctx, "dlq.postgres.acme", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	src := &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}
+	rows, err := src.Rows(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]status.Row{}
+	for _, r := range rows {
+		got[r.Tenant+"/"+r.Dest] = r
+	}
+	want := map[string]struct {
+		backlog     uint64
+		reason      string
+		deadLetters uint64
+	}{
+		"acme/postgres":   {2, status.ReasonAtLimit, 2},
+		"busy/postgres":   {1, status.ReasonLimitZero, 0},
+		"sleepy/postgres": {1, status.ReasonPaused, 0},
+		"open/postgres":   {1, status.ReasonDispatching, 0},
+		"quiet/postgres":  {0, status.ReasonIdle, 0},
+		"done/clickhouse": {0, status.ReasonApplying, 0},
+	}
+	for k, w := range want {
+		r, ok := got[k]
+		if !ok || r.Backlog != w.backlog || r.Reason != w.reason || r.DeadLetters != w.deadLetters {
+			t.Errorf("%s = %+v, want backlog %d reason %q dead letters %d", k, r, w.backlog, w.reason, w.deadLetters)
+		}
+	}
+	if a := got["acme/postgres"]; a.OldestAge <= 0 || a.InUse != 1 || a.Limit != 1 {
+		t.Errorf("acme row %+v", a)
+	}
+	if len(rows) != len(want) {
+		t.Errorf("%d rows, want %d", len(rows), len(want))
+	}
+	one, err := src.Rows(ctx, "acme")
+	if err != nil || len(one) != 1 || one[0].DeadLetters != 2 {
+		t.Fatalf("one tenant: %+v %v", one, err)
+	}
+}

@@ -1,0 +1,56 @@
+package tenancy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PairStatus is what the store knows about one (tenant, destination): its
+// limit, effective weight, slots in use and dispatch cursor. Status views
+// read it; it never creates rows.
+type PairStatus struct {
+	Tenant, Dest string
+	MaxSlots     int
+	// Weight is the destination's weight override, or the tenant's weight.
+	Weight int
+	Paused bool
+	InUse  int
+	// NextSeq is the next PRODUCTS sequence to dispatch (1 before any).
+	NextSeq uint64
+}
+
+// PairStatuses returns the state of every (tenant, destination) the store
+// has seen, or of one tenant's when tenant is not empty, ordered by tenant
+// and destination. It is one read-only query.
+func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, error) {
+	if tenant != "" {
+		if err := ValidTenantID(tenant); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused,
+		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()),
+		       COALESCE(c.next_seq, 1)
+		FROM fairway.limits l
+		JOIN fairway.tenants t ON t.id = l.tenant
+		LEFT JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
+		WHERE $1 = '' OR l.tenant = $1
+		ORDER BY l.tenant, l.dest`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("pair states: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairStatus, error) {
+		var p PairStatus
+		var next int64
+		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next)
+		p.NextSeq = uint64(next)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pair states: %w", err)
+	}
+	return out, nil
+}
