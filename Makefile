@@ -52,3 +52,9 @@ lint: ## gofmt, go vet and staticcheck
 .PHONY: build
 build: ## Build the binaries into bin/
 	@$(GO) build -o bin/ ./cmd/...
+
+.PHONY: nats-config-check
+nats-config-check: ## Check deploy/nats configs with an installed nats-server binary (nats-server -t)
+	@command -v nats-server >/dev/null || { echo "nats-server not installed (apt-get install nats-server)"; exit 1; }
+	@cd deploy/nats && for v in SYS INGEST DISPATCHER SINKS OPERATOR PUBLISHER_ACME; do export FAIRWAY_$${v}_PASSWORD=pCheck1; done; \
+	for f in single.conf cluster/n1.conf cluster/n2.conf cluster/n3.conf; do nats-server -t -c $$f >/dev/null 2>&1 || { nats-server -t -c $$f; exit 1; }; echo "ok $$f"; done
