@@ -1,0 +1,89 @@
+package b2b_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/sink/sinktest"
+	"github.com/fairwayhq/fairway/sinks/b2b"
+)
+
+const benchBatch = 1000
+
+// benchReceiver is the partner of both benchmarks: it reads the body and
+// answers 200, so that the difference between them is the sink's own work.
+func benchReceiver(b *testing.B) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+func benchRecords(n int) []sink.Record {
+	recs := make([]sink.Record, benchBatch)
+	for i := range recs {
+		recs[i] = sinktest.Records(sinktest.Upsert("acme", fmt.Sprintf("p%06d", i), int64(n+1)))[0]
+		recs[i].Seq = uint64(n*benchBatch + i + 1)
+	}
+	return recs
+}
+
+// BenchmarkB2BSink measures Sink.Apply of 1k-event batches to a local
+// receiver: encoding, signing, one POST (MaxRequestBytes 4 MiB).
+func BenchmarkB2BSink(b *testing.B) {
+	e := setup(b)
+	srv := benchReceiver(b)
+	p := e.partner(b, b2b.Partner{Tenant: "acme", Name: "bench", URL: srv.URL, MaxRequestBytes: 4 << 20})
+	s := e.sink(b, p.Name, b2b.Config{})
+	batches := [4][]sink.Record{benchRecords(0), benchRecords(1), benchRecords(2), benchRecords(3)}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		errs, err := s.Apply(context.Background(), batches[i%4])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range errs {
+			if e != nil {
+				b.Fatal(e)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkBareHTTPPost is the baseline: the same bodies, encoded before
+// the timer starts, POSTed in a plain loop.
+func BenchmarkBareHTTPPost(b *testing.B) {
+	srv := benchReceiver(b)
+	var bodies [4][]byte
+	for n := range bodies {
+		body := b2b.Body{Tenant: "acme", Partner: "bench"}
+		for _, r := range benchRecords(n) {
+			body.Events = append(body.Events, b2b.BodyEvent{Seq: r.Seq, ProductID: r.Event.ProductID, Version: r.Event.Version, Op: r.Event.Op, OccurredAt: r.Event.OccurredAt, Payload: r.Event.Payload})
+		}
+		bodies[n], _ = json.Marshal(body)
+	}
+	client := &http.Client{}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		resp, err := client.Post(srv.URL, "application/json", bytes.NewReader(bodies[i%4]))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatal(resp.Status)
+		}
+	}
+	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "events/s")
+}

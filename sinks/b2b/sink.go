@@ -1,0 +1,424 @@
+package b2b
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// Defaults for Config.
+const (
+	FailureThresholdDefault    = 5
+	CoolDownDefault            = 30 * time.Second
+	PartnerCacheTTLDefault     = 5 * time.Second
+	MaxResponseBytesDefault    = 64 << 10
+	MaxIdleConnsPerHostDefault = 64
+)
+
+// Config configures a Sink.
+type Config struct {
+	// Registry holds the partner settings per tenant. Required.
+	Registry *Registry
+	// Partner is the partner this sink delivers to (destination
+	// "b2b:<Partner>"). Required.
+	Partner string
+	// Logger receives circuit breaker transitions. Default: discard.
+	Logger *slog.Logger
+	// Clock returns the current time: signature timestamps, breaker
+	// cool-downs, Retry-After, the partner cache. Default time.Now.
+	Clock func() time.Time
+	// UserAgent is sent with every request. Default "fairway/<module
+	// version>" ("fairway/dev" in a development build).
+	UserAgent string
+	// FailureThreshold is how many consecutive transient failures open an
+	// endpoint's circuit breaker. Default 5.
+	FailureThreshold int
+	// CoolDown is how long an open breaker refuses calls before it lets
+	// one probe through. Default 30s.
+	CoolDown time.Duration
+	// MaxRetryAfter caps a partner's Retry-After. Default 1h.
+	MaxRetryAfter time.Duration
+	// PartnerCacheTTL is how long a partner's settings (and their absence)
+	// are cached per tenant: a change made with `fairway partners` takes
+	// effect within this long. Default 5s.
+	PartnerCacheTTL time.Duration
+	// MaxResponseBytes bounds how much of a response body is read.
+	// Default 64 KiB.
+	MaxResponseBytes int64
+	// MaxIdleConnsPerHost is how many keep-alive connections to one
+	// partner host are kept. Default 64.
+	MaxIdleConnsPerHost int
+	// TLSConfig is the TLS client configuration (certificates are always
+	// verified; set RootCAs for a private CA). Default: system roots, TLS
+	// 1.2 or later.
+	TLSConfig *tls.Config
+}
+
+// WithDefaults returns a copy of c with defaults filled in.
+func (c *Config) WithDefaults() *Config {
+	out := *c
+	out.Logger = cmp.Or(out.Logger, slog.New(slog.DiscardHandler))
+	if out.Clock == nil {
+		out.Clock = time.Now
+	}
+	out.UserAgent = cmp.Or(out.UserAgent, UserAgentDefault())
+	out.FailureThreshold = cmp.Or(out.FailureThreshold, FailureThresholdDefault)
+	out.CoolDown = cmp.Or(out.CoolDown, CoolDownDefault)
+	out.MaxRetryAfter = cmp.Or(out.MaxRetryAfter, MaxRetryAfterDefault)
+	out.PartnerCacheTTL = cmp.Or(out.PartnerCacheTTL, PartnerCacheTTLDefault)
+	out.MaxResponseBytes = cmp.Or(out.MaxResponseBytes, MaxResponseBytesDefault)
+	out.MaxIdleConnsPerHost = cmp.Or(out.MaxIdleConnsPerHost, MaxIdleConnsPerHostDefault)
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Registry == nil:
+		return fmt.Errorf("%w: Registry is required", ErrConfig)
+	case ValidPartnerName(c.Partner) != nil:
+		return fmt.Errorf("%w: Partner %q is not a valid partner name", ErrConfig, c.Partner)
+	case c.FailureThreshold < 1:
+		return fmt.Errorf("%w: FailureThreshold %d below 1", ErrConfig, c.FailureThreshold)
+	case c.CoolDown < 0, c.MaxRetryAfter < 0, c.PartnerCacheTTL < 0:
+		return fmt.Errorf("%w: negative duration", ErrConfig)
+	case c.MaxResponseBytes < MaxErrorBody:
+		return fmt.Errorf("%w: MaxResponseBytes %d below %d", ErrConfig, c.MaxResponseBytes, MaxErrorBody)
+	}
+	return nil
+}
+
+// UserAgentDefault returns "fairway/<version>" from the build information.
+func UserAgentDefault() string {
+	v := "dev"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	return "fairway/" + v
+}
+
+// Sink delivers batches to one B2B partner (destination "b2b:<partner>")
+// for every tenant that registered it. It is safe for concurrent use.
+type Sink struct {
+	cfg     *Config
+	partner string
+	log     *slog.Logger
+	client  *http.Client
+	tr      *http.Transport
+
+	mu       sync.Mutex
+	partners map[string]cachedPartner // by tenant
+	breakers map[string]*breaker      // by endpoint
+}
+
+type cachedPartner struct {
+	p       Partner
+	err     error // ErrUnknownPartner, cached like a hit
+	expires time.Time
+}
+
+var _ sink.Sink = (*Sink)(nil)
+
+// New returns a Sink for cfg.Partner.
+func New(cfg *Config) (*Sink, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.TLSConfig != nil {
+		tlsCfg = cfg.TLSConfig.Clone()
+		tlsCfg.MinVersion = max(tlsCfg.MinVersion, tls.VersionTLS12)
+	}
+	tlsCfg.InsecureSkipVerify = false
+	tr.TLSClientConfig = tlsCfg
+	tr.MaxIdleConnsPerHost = cfg.MaxIdleConnsPerHost
+	tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxIdleConnsPerHost)
+	return &Sink{
+		cfg:     cfg,
+		partner: cfg.Partner,
+		log:     cfg.Logger.With("dest", tenancy.DestB2BPrefix+cfg.Partner),
+		tr:      tr,
+		client: &http.Client{
+			Transport: tr,
+			// A redirect is answered as it is (classified transient):
+			// following it would turn the POST into a GET.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		partners: map[string]cachedPartner{},
+		breakers: map[string]*breaker{},
+	}, nil
+}
+
+// Name returns the destination, "b2b:<partner>".
+func (s *Sink) Name() string { return tenancy.DestB2BPrefix + s.partner }
+
+// Close closes idle connections.
+func (s *Sink) Close() { s.tr.CloseIdleConnections() }
+
+// Breakers returns the state of every endpoint's breaker this sink has
+// called, ordered by endpoint.
+func (s *Sink) Breakers() []BreakerStatus {
+	s.mu.Lock()
+	eps := make([]string, 0, len(s.breakers))
+	for ep := range s.breakers {
+		eps = append(eps, ep)
+	}
+	bs := make([]*breaker, len(eps))
+	slices.Sort(eps)
+	for i, ep := range eps {
+		bs[i] = s.breakers[ep]
+	}
+	s.mu.Unlock()
+	now := s.cfg.Clock()
+	out := make([]BreakerStatus, len(eps))
+	for i, b := range bs {
+		out[i] = b.status(eps[i], now)
+	}
+	return out
+}
+
+// State returns the worst breaker state over the partner's endpoints (open
+// before half-open before closed); closed when none has been called.
+func (s *Sink) State() BreakerState {
+	st := BreakerClosed
+	for _, b := range s.Breakers() {
+		st = max(st, b.State)
+	}
+	return st
+}
+
+func (s *Sink) breaker(ep string) *breaker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.breakers[ep]
+	if b == nil {
+		b = &breaker{threshold: s.cfg.FailureThreshold, coolDown: s.cfg.CoolDown}
+		s.breakers[ep] = b
+	}
+	return b
+}
+
+// lookup returns the tenant's settings for the partner, cached for
+// PartnerCacheTTL.
+func (s *Sink) lookup(ctx context.Context, tenant string) (Partner, error) {
+	now := s.cfg.Clock()
+	s.mu.Lock()
+	c, ok := s.partners[tenant]
+	s.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.p, c.err
+	}
+	p, err := s.cfg.Registry.Get(ctx, tenant, s.partner)
+	if err != nil && !errors.Is(err, ErrUnknownPartner) {
+		return Partner{}, err
+	}
+	s.mu.Lock()
+	s.partners[tenant] = cachedPartner{p: p, err: err, expires: now.Add(s.cfg.PartnerCacheTTL)}
+	s.mu.Unlock()
+	return p, err
+}
+
+// Apply implements sink.Sink: per tenant in the batch, one POST (split to
+// fit the partner's max request size) of the newest version of each
+// product the partner takes. See the package documentation.
+func (s *Sink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("b2b %s: %w", s.partner, err)
+	}
+	errs := make([]error, len(batch))
+	byTenant := map[string][]int{}
+	for i := range batch {
+		t := batch[i].Event.Tenant
+		byTenant[t] = append(byTenant[t], i)
+	}
+	tenants := make([]string, 0, len(byTenant))
+	for t := range byTenant {
+		tenants = append(tenants, t)
+	}
+	slices.Sort(tenants)
+	for _, tenant := range tenants {
+		idx := byTenant[tenant]
+		p, err := s.lookup(ctx, tenant)
+		switch {
+		case errors.Is(err, ErrUnknownPartner):
+			for _, i := range idx {
+				errs[i] = sink.Permanent(fmt.Sprintf("tenant %s has no partner %s", tenant, s.partner), err)
+			}
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("b2b %s: tenant %s: %w", s.partner, tenant, err)
+		case !p.Enabled:
+			// Wait for it to be enabled: check again when the cache expires.
+			return nil, fmt.Errorf("b2b %s: tenant %s: %w", s.partner, tenant,
+				&RetryAfterError{Wait: s.cfg.PartnerCacheTTL, Endpoint: endpoint(p.URL), Err: ErrPartnerDisabled})
+		}
+		if err := s.applyTenant(ctx, &p, batch, idx, errs); err != nil {
+			return nil, fmt.Errorf("b2b %s: tenant %s: %w", s.partner, tenant, err)
+		}
+	}
+	return errs, nil
+}
+
+// applyTenant delivers batch[idx] (one tenant) to p, filling errs.
+func (s *Sink) applyTenant(ctx context.Context, p *Partner, batch []sink.Record, idx []int, errs []error) error {
+	env := newEnvelope(p.Tenant, p.Name)
+	var recs []sink.Record // the records the partner takes
+	var at []int           // their index in batch
+	var enc [][]byte
+	var recErrs []error
+	for _, i := range idx {
+		r := &batch[i]
+		if !p.wants(r.Event.Op) {
+			continue // filtered out: applied
+		}
+		b, err := encodeEvent(r)
+		switch {
+		case !r.Event.Op.Valid():
+			err = sink.Permanent(fmt.Sprintf("unknown op %q", r.Event.Op), sink.ErrInvalidRecord)
+		case r.Event.Op == events.OpUpsert && len(r.Event.Payload) == 0:
+			err = sink.Permanent("upsert without payload", sink.ErrInvalidRecord)
+		case err != nil:
+			err = sink.Permanent("event does not encode as JSON", errors.Join(sink.ErrInvalidRecord, err))
+		case env.size(len(b)) > p.MaxRequestBytes:
+			err = sink.Permanent(fmt.Sprintf("event is %d bytes in a request, partner %s takes at most %d", env.size(len(b)), p.Name, p.MaxRequestBytes), ErrEventTooLarge)
+		}
+		recs, at, enc, recErrs = append(recs, *r), append(at, i), append(enc, b), append(recErrs, err)
+	}
+	var buf []byte
+	err := sink.ApplyLatest(recs, recErrs, func(sub []int) error {
+		for _, chunk := range env.chunks(sub, enc, p.MaxRequestBytes) {
+			buf = env.build(buf, chunk, enc)
+			if err := s.post(ctx, p, buf, idempotencyKey(p.Tenant, p.Name, recs, chunk), len(chunk)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, rejectedEvents)
+	if err != nil {
+		return err
+	}
+	for j, i := range at {
+		errs[i] = recErrs[j]
+	}
+	return nil
+}
+
+// rejectedEvents tells sink.Isolate which errors the events caused: the
+// partner refused the request's content (400, 413, 422), so bisection can
+// find the events it refuses.
+func rejectedEvents(err error) (reason string, data bool) {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		switch he.Status {
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			return "partner rejected the event: " + he.Error(), true
+		}
+	}
+	return "", false
+}
+
+// post sends one signed request, guarded by the endpoint's breaker.
+func (s *Sink) post(ctx context.Context, p *Partner, body []byte, key string, n int) error {
+	ep := endpoint(p.URL)
+	br := s.breaker(ep)
+	if wait, cause := br.allow(s.cfg.Clock(), p.Timeout); cause != nil {
+		return &RetryAfterError{Wait: wait, Endpoint: ep, Err: cause}
+	}
+	err := s.send(ctx, p, body, key)
+	o, retryAfter := outcomeSuccess, time.Duration(0)
+	var he *HTTPError
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		o = outcomeAbandoned
+	case errors.As(err, &he) && Classify(he) != ClassTransient:
+		// The partner is up; the request was refused.
+	default:
+		o = outcomeFailure
+		if he != nil {
+			retryAfter = he.Wait
+		}
+	}
+	s.observe(br, ep, o, retryAfter)
+	if err != nil {
+		return fmt.Errorf("POST %s (%d events, %d bytes): %w", redactURL(p.URL), n, len(body), err)
+	}
+	return nil
+}
+
+// observe records an outcome and logs breaker transitions.
+func (s *Sink) observe(br *breaker, ep string, o outcome, retryAfter time.Duration) {
+	now := s.cfg.Clock()
+	before := br.status(ep, now).State
+	br.record(now, o, retryAfter)
+	after := br.status(ep, now)
+	if before != after.State {
+		switch after.State {
+		case BreakerOpen:
+			s.log.Warn("b2b circuit opened", "endpoint", ep, "failures", after.ConsecutiveFailures, "until", after.OpenUntil)
+		case BreakerClosed:
+			s.log.Info("b2b circuit closed", "endpoint", ep)
+		}
+	}
+}
+
+// send makes one request; a non-2xx answer is an *HTTPError.
+func (s *Sink) send(ctx context.Context, p *Partner, body []byte, key string) error {
+	rctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, p.URL, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build request: %w", scrubURL(err))
+	}
+	now := s.cfg.Clock()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", s.cfg.UserAgent)
+	req.Header.Set(HeaderIdempotencyKey, key)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(HeaderSignature, Sign(p.Secret, now, body))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("no answer within the partner timeout %s: %w", p.Timeout, scrubURL(err))
+		}
+		return scrubURL(err)
+	}
+	defer resp.Body.Close()
+	lr := io.LimitReader(resp.Body, s.cfg.MaxResponseBytes)
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		// The body is not interpreted; read a bounded amount so that the
+		// connection can be reused when it is small.
+		_, _ = io.Copy(io.Discard, lr)
+		return nil
+	}
+	got, _ := io.ReadAll(lr)
+	ra := min(parseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Clock()), s.cfg.MaxRetryAfter)
+	return newHTTPError(resp.StatusCode, ra, got)
+}
+
+// scrubURL replaces the URL inside a *url.Error by its redacted form: a
+// partner URL may carry a token in its query or user info.
+func scrubURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &url.Error{Op: ue.Op, URL: redactURL(ue.URL), Err: ue.Err}
+	}
+	return err
+}
