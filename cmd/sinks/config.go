@@ -1,0 +1,113 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/sinks/b2b"
+	"github.com/fairwayhq/fairway/sinks/clickhouse"
+)
+
+// Config is everything the sinks command reads from flags and env.
+type Config struct {
+	// Dest is postgres, clickhouse or b2b:<partner>. Required.
+	Dest string
+	// Listen serves /metrics and /healthz. Default 127.0.0.1:9102.
+	Listen string
+	// NATSURL (env NATS_URL). Default nats://127.0.0.1:4222.
+	NATSURL string
+	// DatabaseURL (env DATABASE_URL) holds the slot leases, and for
+	// --dest postgres the catalog too. Required.
+	DatabaseURL string
+	// ClickHouseAddr (env CLICKHOUSE_ADDR) and ClickHouseDatabase, for
+	// --dest clickhouse. Defaults 127.0.0.1:9000 and "fairway".
+	ClickHouseAddr     string
+	ClickHouseDatabase string
+	// SecretKey decrypts partner secrets (env FAIRWAY_SECRET_KEY), for
+	// --dest b2b:<partner>. AllowInsecureHTTP accepts http:// partner URLs.
+	SecretKey         []byte
+	AllowInsecureHTTP bool
+	// Replicas of the WORK and DLQ streams when they are created. Default 1.
+	Replicas int
+	// Runner is the runtime's configuration (concurrency, fetch batch,
+	// AckWait, MaxDeliver, backoff, …); see runner.Config.
+	Runner        runner.Config
+	LogFormat     string
+	LogLevel      string
+	ShutdownGrace time.Duration
+}
+
+func parseConfig(args []string, getenv func(string) string) (Config, error) {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	var c Config
+	r := &c.Runner
+	fs := flag.NewFlagSet("sinks", flag.ContinueOnError)
+	fs.StringVar(&c.Dest, "dest", env("FAIRWAY_SINK_DEST", ""), "destination: postgres, clickhouse or b2b:<partner> (env FAIRWAY_SINK_DEST, required)")
+	fs.StringVar(&c.Listen, "listen", env("FAIRWAY_SINKS_LISTEN", "127.0.0.1:9102"), "HTTP address for /metrics and /healthz (env FAIRWAY_SINKS_LISTEN)")
+	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
+	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL: slot leases, and the catalog for --dest postgres (env DATABASE_URL, required)")
+	fs.StringVar(&c.ClickHouseAddr, "clickhouse-addr", env("CLICKHOUSE_ADDR", clickhouse.AddrDefault), "ClickHouse native address host:port (env CLICKHOUSE_ADDR)")
+	fs.StringVar(&c.ClickHouseDatabase, "clickhouse-database", env("CLICKHOUSE_DATABASE", clickhouse.DatabaseDefault), "ClickHouse database (env CLICKHOUSE_DATABASE)")
+	fs.BoolVar(&c.AllowInsecureHTTP, "allow-insecure-http", false, "b2b: accept http:// partner URLs (default: https only)")
+	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of the WORK and DLQ streams if this process creates them (3 in a cluster)")
+	fs.IntVar(&r.Concurrency, "concurrency", runner.ConcurrencyDefault, "work items applied at once by this process")
+	fs.IntVar(&r.FetchBatch, "fetch-batch", 0, "most work items per fetch (default: --concurrency); never more than free workers")
+	fs.DurationVar(&r.AckWait, "ack-wait", runner.AckWaitDefault, "JetStream AckWait of the WORK consumer (InProgress is sent every third of it)")
+	fs.IntVar(&r.MaxDeliver, "max-deliver", runner.MaxDeliverDefault, "deliveries of one work item; the last is dead-lettered instead of applied")
+	fs.IntVar(&r.MaxAttempts, "max-attempts", runner.MaxAttemptsDefault, "apply attempts for errors of unknown class before dead-lettering")
+	fs.DurationVar(&r.ExtendEvery, "extend-every", runner.ExtendEveryDefault, "how often a working item's slot lease is extended (well below the lease TTL)")
+	fs.DurationVar(&r.Backoff.Initial, "backoff-initial", runner.BackoffInitialDefault, "first retry delay")
+	fs.DurationVar(&r.Backoff.Max, "backoff-max", runner.BackoffMaxDefault, "longest retry delay")
+	fs.DurationVar(&r.Backoff.MaxElapsed, "backoff-max-elapsed", runner.BackoffElapsedDefault, "how long transient failures of one item are retried before dead-lettering")
+	fs.Float64Var(&r.Backoff.Multiplier, "backoff-multiplier", runner.BackoffMultiplierDefault, "growth of the retry delay")
+	fs.Float64Var(&r.Backoff.Randomization, "backoff-jitter", runner.BackoffRandomizationDefault, "retry delay jitter factor in [0, 1]")
+	fs.StringVar(&c.LogFormat, "log-format", env("FAIRWAY_LOG_FORMAT", "text"), "text or json")
+	fs.StringVar(&c.LogLevel, "log-level", env("FAIRWAY_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", runner.ShutdownGraceDefault, "time items inside Apply get to finish on shutdown before they are handed back")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case c.Dest == "":
+		return c, fmt.Errorf("--dest is required: postgres, clickhouse or b2b:<partner>")
+	case c.Dest != "postgres" && c.Dest != "clickhouse" && !strings.HasPrefix(c.Dest, "b2b:"):
+		return c, fmt.Errorf("--dest %q: want postgres, clickhouse or b2b:<partner>", c.Dest)
+	case c.DatabaseURL == "":
+		return c, fmt.Errorf("DATABASE_URL (or --database-url) is required: slot leases live in PostgreSQL")
+	}
+	if k := getenv(b2b.SecretKeyEnv); k != "" {
+		key, err := b2b.ParseSecretKey(k)
+		if err != nil {
+			return c, err
+		}
+		c.SecretKey = key
+	}
+	if r.Backoff.Randomization == 0 {
+		r.Backoff.Randomization = -1 // an explicit 0 means no jitter
+	}
+	r.Dest = c.Dest
+	r.ShutdownGrace = c.ShutdownGrace
+	return c, nil
+}
+
+func newLogger(c Config) (*slog.Logger, error) {
+	log, err := bootstrap.NewLogger(os.Stderr, c.LogFormat, c.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	return log.With("service", "sinks", "dest", c.Dest), nil
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/sinks/b2b"
+	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
+)
+
+func TestParseConfig(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://x@h/db", "NATS_URL": "nats://n:4222", "CLICKHOUSE_ADDR": "c:9000"}
+	getenv := func(k string) string { return env[k] }
+	c, err := parseConfig([]string{"--dest", "clickhouse", "--concurrency", "8", "--ack-wait", "1m", "--max-deliver", "5",
+		"--backoff-initial", "1s", "--backoff-max", "1m", "--backoff-max-elapsed", "1h", "--backoff-jitter", "0"}, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Runner
+	if c.Dest != "clickhouse" || r.Dest != "clickhouse" || c.NATSURL != "nats://n:4222" || c.ClickHouseAddr != "c:9000" ||
+		r.Concurrency != 8 || r.AckWait != time.Minute || r.MaxDeliver != 5 || r.Backoff.Initial != time.Second ||
+		r.Backoff.Max != time.Minute || r.Backoff.MaxElapsed != time.Hour || r.Backoff.Randomization >= 0 {
+		t.Fatalf("parsed %+v", c)
+	}
+	for _, bad := range [][]string{
+		{},                             // no dest
+		{"--dest", "s3"},               // unknown dest
+		{"--dest", "postgres", "junk"}, // stray argument
+		{"--dest", "postgres", "--ack-wait", "soon"},
+	} {
+		if _, err := parseConfig(bad, getenv); err == nil {
+			t.Errorf("parseConfig(%q) accepted", bad)
+		}
+	}
+	if _, err := parseConfig([]string{"--dest", "postgres"}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Errorf("missing DATABASE_URL: %v", err)
+	}
+}
+
+// The command applies a work item end to end, serves /metrics and /healthz,
+// and returns nil on shutdown.
+func TestRunPostgres(t *testing.T) {
+	t.Parallel()
+	runOneItem(t, "postgres", nil, nil, func(pool *pgxpool.Pool) error {
+		var v int64
+		if err := pool.QueryRow(context.Background(), `SELECT version FROM catalog.products WHERE tenant_id = 'acme' AND product_id = 'p1'`).Scan(&v); err != nil {
+			return err
+		}
+		if v != 3 {
+			return fmt.Errorf("version %d", v)
+		}
+		return nil
+	})
+}
+
+func TestRunB2B(t *testing.T) {
+	t.Parallel()
+	secret := []byte("a-partner-secret-of-enough-bytes")
+	rcv := b2btest.New(t, b2btest.Options{Secret: secret})
+	runOneItem(t, "b2b:p1", []string{"--allow-insecure-http"}, func(pool *pgxpool.Pool) {
+		reg, err := b2b.NewRegistry(pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, _ := tenancy.New(pool, nil)
+		if _, err := store.EnsureTenant(context.Background(), "acme"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Add(context.Background(), b2b.Partner{Tenant: "acme", Name: "p1", URL: rcv.URL(), Secret: secret, Enabled: true}); err != nil {
+			t.Fatal(err)
+		}
+	}, func(*pgxpool.Pool) error {
+		if st, ok := rcv.Get("acme", "p1"); !ok || st.Version != 3 {
+			return fmt.Errorf("partner has %+v (found %v)", st, ok)
+		}
+		return nil
+	})
+}
+
+// runOneItem starts `sinks --dest dest` against real servers, hands it one
+// work item as the dispatcher would, waits until applied says the event
+// landed, checks /healthz and /metrics, and shuts it down.
+func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.Pool), applied func(*pgxpool.Pool) error) {
+	t.Helper()
+	srv, nc := testenv.NATS(t)
+	dsn := testenv.NewDatabase(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg, err := parseConfig(append([]string{"--dest", dest, "--listen", addr, "--backoff-initial", "1ms", "--backoff-max", "10ms"}, args...),
+		func(k string) string { return map[string]string{"DATABASE_URL": dsn, "NATS_URL": srv.ClientURL()}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Runner.FetchWait = 200 * time.Millisecond
+	cfg.Runner.Logger, _ = bootstrap.NewLogger(io.Discard, "text", "info")
+	bg := context.Background()
+	pool, err := pgxpool.New(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrate.Up(bg, dsn); err != nil {
+		t.Fatal(err)
+	}
+	if prepare != nil {
+		prepare(pool)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg) }()
+	t.Cleanup(cancel)
+
+	// Produce a work item as the dispatcher would.
+	js, _ := jetstream.New(nc)
+	if _, err := events.EnsureStream(bg, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := events.NewPublisher(js)
+	r := pub.PublishOne(bg, events.Event{Tenant: "acme", ProductID: "p1", Version: 3, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: json.RawMessage(`{"a":1}`)})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	waitFor(t, "sinks to start (WORK stream and consumer)", func() error {
+		s, err := js.Stream(bg, work.StreamName)
+		if err != nil {
+			return err
+		}
+		_, err = s.Consumer(bg, cfg.Runner.WithDefaults(dest).Consumer)
+		return err
+	})
+	store, _ := tenancy.New(pool, nil)
+	l, err := store.Dispatch(bg, "acme", dest, "test", 1, r.Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := work.Item{Tenant: "acme", Dest: dest, FromSeq: 1, ToSeq: r.Seq, Count: 1, LeaseID: l.ID, Token: l.Token}.Msg()
+	if _, err := js.PublishMsg(bg, m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the event applied", func() error { return applied(pool) })
+	for path, want := range map[string]string{"/healthz": "ok", "/metrics": fmt.Sprintf(`fairway_sink_applied_events_total{dest=%q} 1`, dest)} {
+		waitFor(t, path, func() error {
+			resp, err := http.Get("http://" + addr + path)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+				return fmt.Errorf("%s: %d %q lacks %q", path, resp.StatusCode, b, want)
+			}
+			return nil
+		})
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run did not return after shutdown")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

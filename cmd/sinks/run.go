@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/sinks/b2b"
+	"github.com/fairwayhq/fairway/sinks/clickhouse"
+	"github.com/fairwayhq/fairway/sinks/postgres"
+)
+
+func run(ctx context.Context, cfg Config) error {
+	log := cfg.Runner.Logger
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := tenancy.New(pool, &tenancy.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	if cfg.Runner.ExtendEvery >= store.LeaseTTL()/2 {
+		log.Warn("--extend-every is not well below the lease TTL; leases may expire under slow items",
+			"extend_every", cfg.Runner.ExtendEvery, "lease_ttl", store.LeaseTTL())
+	}
+	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-sinks-"+cfg.Dest, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := work.EnsureStream(startCtx, js, work.StreamConfig{Replicas: cfg.Replicas}); err != nil {
+		return err
+	}
+	if _, err := dlq.EnsureStream(startCtx, js, dlq.StreamConfig{Replicas: cfg.Replicas}); err != nil {
+		return err
+	}
+	s, closeSink, err := openSink(startCtx, cfg, pool)
+	if err != nil {
+		return err
+	}
+	defer closeSink()
+	reg := bootstrap.NewRegistry()
+	r, err := runner.New(startCtx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg}, &cfg.Runner)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	log.Info("sinks listening", "addr", ln.Addr().String())
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, req *http.Request) {
+		hctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		if !nc.IsConnected() {
+			http.Error(w, "nats: not connected", http.StatusServiceUnavailable)
+			return
+		}
+		if err := pool.Ping(hctx); err != nil {
+			http.Error(w, "postgres: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	// HTTP outlives the runner so that /metrics shows the shutdown.
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- bootstrap.Serve(httpCtx, bootstrap.HTTPServer(mux, log), ln, 5*time.Second) }()
+
+	runErr := r.Run(ctx) // stops fetching when ctx ends; returns when in-flight items are done or handed back
+	stopHTTP()
+	if err := <-httpErr; err != nil && runErr == nil {
+		runErr = err
+	}
+	if err := nc.Drain(); err != nil {
+		log.Warn("nats drain", "err", err)
+	}
+	return runErr
+}
+
+// openSink builds the destination's sink and the func that closes it.
+func openSink(ctx context.Context, cfg Config, pool *pgxpool.Pool) (sink.Sink, func(), error) {
+	switch {
+	case cfg.Dest == "postgres":
+		s, err := postgres.New(ctx, &postgres.Config{Pool: pool})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.Close, nil
+	case cfg.Dest == "clickhouse":
+		s, err := clickhouse.New(ctx, &clickhouse.Config{Addr: cfg.ClickHouseAddr, Database: cfg.ClickHouseDatabase})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() { _ = s.Close() }, nil
+	}
+	reg, err := b2b.NewRegistry(pool, &b2b.RegistryConfig{SecretKey: cfg.SecretKey, AllowInsecureHTTP: cfg.AllowInsecureHTTP})
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := b2b.New(&b2b.Config{Registry: reg, Partner: strings.TrimPrefix(cfg.Dest, "b2b:"), Logger: cfg.Runner.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Close, nil
+}

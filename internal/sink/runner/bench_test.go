@@ -1,0 +1,89 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/pkg/events"
+)
+
+const (
+	benchItem    = 500 // events per work item
+	benchTenants = 32
+	benchWorkers = 4 // runner Concurrency and bare writers alike
+)
+
+var benchPayload = json.RawMessage(`{"name":"Espresso machine","price":{"amount":41900,"currency":"EUR"},"tags":["kitchen","coffee"],"stock":17}`)
+
+// benchEvents is item n: 500 distinct products of one tenant at version
+// n/benchTenants+1, so that every item really writes.
+func benchEvents(n int) []events.Event {
+	tenant := fmt.Sprintf("t%02d", n%benchTenants)
+	out := make([]events.Event, benchItem)
+	for i := range out {
+		out[i] = events.Event{Tenant: tenant, ProductID: fmt.Sprintf("p%04d", i), Version: int64(n/benchTenants + 1),
+			Op: events.OpUpsert, OccurredAt: base, Payload: benchPayload}
+	}
+	return out
+}
+
+// BenchmarkApply compares, in one run, the PostgreSQL sink's bare Apply of
+// 500-event batches (4 writers) with the whole runtime applying work items
+// of 500 events (Concurrency 4): fetch, direct-get read, decode, apply,
+// lease release, ack. Reports events/s for each.
+func BenchmarkApply(b *testing.B) {
+	b.Run("bare", func(b *testing.B) {
+		e := setup(b)
+		batches := make([][]sink.Record, b.N)
+		for n := range batches {
+			evs := benchEvents(n)
+			batches[n] = make([]sink.Record, len(evs))
+			for i, ev := range evs {
+				batches[n][i] = sink.Record{Seq: uint64(n*benchItem + i + 1), Event: ev, PublishedAt: time.Now()}
+			}
+		}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		for range benchWorkers {
+			wg.Go(func() {
+				for {
+					n := int(next.Add(1)) - 1
+					if n >= b.N {
+						return
+					}
+					if _, err := e.pg.Apply(context.Background(), batches[n]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		b.ReportMetric(float64(b.N*benchItem)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("runner", func(b *testing.B) {
+		e := setup(b)
+		for n := range b.N {
+			e.publish(benchEvents(n)...)
+			e.dispatch(fmt.Sprintf("t%02d", n%benchTenants), "postgres", benchItem)
+		}
+		w := &wrapSink{inner: e.pg}
+		cfg := e.fastConfig()
+		cfg.Concurrency = benchWorkers
+		b.ResetTimer()
+		e.start(w, cfg)
+		for w.events.Load() < int64(b.N*benchItem) {
+			time.Sleep(time.Millisecond)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N*benchItem)/b.Elapsed().Seconds(), "events/s")
+	})
+}

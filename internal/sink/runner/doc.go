@@ -1,0 +1,53 @@
+// Package runner is the sink runtime: it consumes one destination's work
+// items from stream WORK and applies them with a sink.Sink. cmd/sinks runs
+// one Runner per process; any number of processes share the durable pull
+// consumer of a destination (filter work.<destination>.>).
+//
+// # One work item
+//
+//  1. Fetch. The runner fetches only as many items as it has free workers
+//     (at most Config.FetchBatch), so no item waits in a buffer while its
+//     AckWait runs. While an item works, the runner sends InProgress every
+//     Config.InProgressEvery and extends the item's slot lease every
+//     Config.ExtendEvery, so neither expires under a slow but live sink.
+//  2. Read. The item names a range of PRODUCTS sequences; the events are
+//     read with batched direct gets. Events missing from the range (aged
+//     out of PRODUCTS) become one KindRange dead letter; the rest are
+//     applied. An event that does not decode is dead-lettered.
+//  3. Apply, classify, retry. sink.Classify (or Config.Classify) sorts
+//     every failure: permanent → dead letter at once; transient → retry
+//     with jittered exponential backoff (cenkalti/backoff/v4), at least the
+//     Retry-After the destination asked for, until Backoff.MaxElapsed;
+//     unknown → like transient until Config.MaxAttempts, then dead letter.
+//     Per-record errors are handled per record: only the failing records
+//     are retried or dead-lettered, their neighbours count as applied. The
+//     slot stays held during retries, so a failing tenant or partner slows
+//     only itself.
+//  4. Finish. Dead letters are published (and acknowledged by JetStream),
+//     the lease is released (fenced: a stale token changes nothing and is
+//     logged), and the item is acked.
+//
+// # Failure cases
+//
+//   - A malformed work item is terminated (TermWithReason) and logged; it
+//     never blocks the consumer.
+//   - A lease found stale while retrying (the slot was taken again after
+//     it expired, and the dispatcher re-dispatched the range under a newer
+//     lease) stops the retries: the item is acked without release and the
+//     remaining records are left to the newer lease. The attempt in flight
+//     finishes; sinks are idempotent.
+//   - A crash mid-item leaves the item unacked: JetStream redelivers it
+//     after AckWait, and the redelivery applies it again (idempotently).
+//   - The last delivery JetStream allows (Config.MaxDeliver) is not applied
+//     but dead-lettered whole: an item that crashed its process that often
+//     would otherwise be dropped silently.
+//   - A panic in a sink is recovered and classified as unknown.
+//
+// # Shutdown
+//
+// When Run's context ends the runner stops fetching. Items waiting to
+// retry are handed back at once (Nak, lease kept until it expires); items
+// inside Apply get Config.ShutdownGrace to finish, then their context is
+// cancelled and they are handed back. Nothing unfinished is acked or
+// released.
+package runner

@@ -1,0 +1,428 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// errStopped: the runner is shutting down (or the item's context ended)
+// before the item finished; it is handed back.
+var errStopped = errors.New("stopped before the item finished")
+
+// handle runs one work item from fetch to ack, nak or term.
+func (r *Runner) handle(stop, hard context.Context, msg jetstream.Msg) {
+	start := time.Now()
+	r.m.inFlight.Inc()
+	outcome := outcomeHandedBack
+	defer func() {
+		r.m.inFlight.Dec()
+		r.m.items.WithLabelValues(outcome).Inc()
+		r.m.itemSeconds.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	}()
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("panic while handling a work item; handed back", "subject", msg.Subject(), "panic", p, "stack", string(debug.Stack()))
+			_ = msg.Nak()
+			outcome = outcomeHandedBack
+		}
+	}()
+	if stop.Err() != nil {
+		_ = msg.Nak()
+		return
+	}
+	it, err := work.Decode(msg.Data())
+	if err == nil && it.Dest != r.cfg.Dest {
+		err = fmt.Errorf("%w: item for destination %q on the %q consumer", work.ErrInvalidItem, it.Dest, r.cfg.Dest)
+	}
+	if err != nil {
+		r.log.Error("malformed work item terminated", "subject", msg.Subject(), "err", err)
+		if terr := msg.TermWithReason(err.Error()); terr != nil {
+			r.log.Warn("terminate malformed work item", "subject", msg.Subject(), "err", terr)
+		}
+		outcome = outcomeTerminated
+		return
+	}
+	var deliveries uint64 = 1
+	if md, err := msg.Metadata(); err == nil {
+		deliveries = md.NumDelivered
+	}
+	ctx, cancel := context.WithCancel(hard)
+	defer cancel()
+	j := &job{
+		r: r, msg: msg, item: it, deliveries: deliveries,
+		log: r.log.With("tenant", it.Tenant, "lease", it.LeaseID, "range", fmt.Sprintf("%d..%d", it.FromSeq, it.ToSeq), "delivery", deliveries),
+	}
+	j.stopHeartbeat = j.heartbeat(ctx)
+	defer j.stopHeartbeat()
+	outcome = j.run(stop, ctx)
+}
+
+// job is one work item in progress.
+type job struct {
+	r          *Runner
+	msg        jetstream.Msg
+	item       work.Item
+	deliveries uint64
+	log        *slog.Logger
+
+	stopHeartbeat func()
+	fenced        atomic.Bool // the lease was found stale
+
+	stored  []work.Stored
+	recs    []sink.Record
+	src     []int // recs[k] came from stored[src[k]]
+	fails   []failure
+	letters []dlq.Letter
+	applied int
+}
+
+// failure is what is known about a record's failures so far.
+type failure struct {
+	attempts    int
+	first, last time.Time
+}
+
+func (j *job) run(stop, ctx context.Context) string {
+	cfg := j.r.cfg
+	if err := j.read(stop, ctx); err != nil {
+		j.log.Warn("work item handed back: cannot read its events", "err", err)
+		_ = j.msg.Nak()
+		return outcomeHandedBack
+	}
+	todo := make([]int, len(j.recs))
+	for k := range todo {
+		todo[k] = k
+	}
+	if j.deliveries >= uint64(cfg.MaxDeliver) && len(todo) > 0 {
+		reason := fmt.Sprintf("work item delivered %d times (MaxDeliver) without finishing; dead-lettered unapplied so it is not dropped", j.deliveries)
+		for _, k := range todo {
+			j.letter(k, sink.ClassUnknown.String(), "max deliver", reason)
+		}
+		todo = nil
+	}
+	todo, err := j.applyLoop(stop, ctx, todo)
+	if err != nil {
+		j.log.Info("work item handed back", "err", err)
+		_ = j.msg.Nak()
+		return outcomeHandedBack
+	}
+	return j.finish(stop, ctx, len(todo))
+}
+
+// read fills j.stored and j.recs, retrying read errors with backoff. A
+// range shorter than dispatched becomes a KindRange letter; an event that
+// does not decode becomes a permanent letter.
+func (j *job) read(stop, ctx context.Context) error {
+	it := j.item
+	err := j.retry(stop, ctx, "read events", func(ctx context.Context) error {
+		out := make([]work.Stored, 0, it.Count)
+		for from := it.FromSeq; from <= it.ToSeq && len(out) < it.Count; {
+			b, err := j.r.reader.Next(ctx, it.Tenant, from, it.ToSeq, work.ReadOptions{Max: min(it.Count-len(out), 1000)})
+			if err != nil {
+				return err
+			}
+			if len(b.Msgs) == 0 {
+				break
+			}
+			out = append(out, b.Msgs...)
+			from = b.Msgs[len(b.Msgs)-1].Seq + 1
+		}
+		j.stored = out
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	now := j.r.cfg.Now()
+	if missing := it.Count - len(j.stored); missing > 0 {
+		j.letters = append(j.letters, dlq.Letter{
+			Kind: dlq.KindRange, Dest: j.r.cfg.Dest, Tenant: it.Tenant,
+			Reason: fmt.Sprintf("range %d..%d held %d of %d dispatched events: %d left %s (MaxAge or MaxBytes) before they were applied",
+				it.FromSeq, it.ToSeq, len(j.stored), it.Count, missing, j.r.cfg.ProductsStream),
+			Class: sink.ClassPermanent.String(), Rule: "range aged out",
+			Deliveries: j.deliveries, FirstFailure: now, LastFailure: now,
+			SourceStream: j.r.cfg.ProductsStream, SourceSeq: it.FromSeq, Lease: it.LeaseID, Data: j.msg.Data(),
+		})
+		j.log.Error("events of a work item are gone from the stream; recorded as a lost range", "missing", missing, "count", it.Count)
+	}
+	j.recs = make([]sink.Record, 0, len(j.stored))
+	for i, s := range j.stored {
+		ev, err := events.Decode(s.Data)
+		if err != nil {
+			j.letters = append(j.letters, j.eventLetter(s, failure{first: now, last: now}, sink.ClassPermanent.String(), "invalid event",
+				"stored event does not decode: "+err.Error()))
+			continue
+		}
+		j.recs = append(j.recs, sink.Record{Seq: s.Seq, Event: ev, PublishedAt: s.Time})
+		j.src = append(j.src, i)
+	}
+	j.fails = make([]failure, len(j.recs))
+	return nil
+}
+
+// applyLoop applies recs[todo] until every record is applied or
+// dead-lettered, or the lease went stale (the rest is returned). errStopped
+// when the item must be handed back.
+func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
+	cfg := j.r.cfg
+	bo := cfg.newBackOff()
+	for attempt := 1; len(todo) > 0; attempt++ {
+		batch := make([]sink.Record, len(todo))
+		for n, k := range todo {
+			batch[n] = j.recs[k]
+		}
+		errs, err := j.apply(ctx, batch)
+		if ctx.Err() != nil {
+			return todo, errStopped
+		}
+		now := cfg.Now()
+		var (
+			retry      []int
+			retryAfter time.Duration
+			class      sink.Class
+			lastErr    error
+		)
+		judge := func(k int, e error) {
+			out := cfg.Classify(e)
+			f := &j.fails[k]
+			f.attempts++
+			if f.first.IsZero() {
+				f.first = now
+			}
+			f.last = now
+			switch {
+			case out.Class == sink.ClassPermanent:
+				j.letter(k, out.Class.String(), out.Rule, "rejected: "+e.Error())
+			case out.Class == sink.ClassUnknown && f.attempts >= cfg.MaxAttempts:
+				j.letter(k, out.Class.String(), out.Rule, fmt.Sprintf("gave up after %d attempts: %v", f.attempts, e))
+			default:
+				retry = append(retry, k)
+				retryAfter = max(retryAfter, out.RetryAfter)
+				class, lastErr = out.Class, e
+			}
+		}
+		if err != nil {
+			for _, k := range todo {
+				judge(k, err)
+			}
+		} else {
+			for n, e := range errs {
+				k := todo[n]
+				if e != nil {
+					judge(k, e)
+					continue
+				}
+				j.applied++
+				j.r.m.applied.Inc()
+				j.r.m.endToEnd.Observe(now.Sub(j.recs[k].PublishedAt).Seconds())
+			}
+		}
+		if len(retry) == 0 {
+			return nil, nil
+		}
+		if j.fenced.Load() {
+			return retry, nil
+		}
+		d := bo.NextBackOff()
+		if d == backoff.Stop {
+			for _, k := range retry {
+				j.letter(k, class.String(), cfg.Classify(lastErr).Rule,
+					fmt.Sprintf("gave up after %s of retries (%d attempts): %v", cfg.Backoff.MaxElapsed, j.fails[k].attempts, lastErr))
+			}
+			return nil, nil
+		}
+		d = max(d, min(retryAfter, cfg.RetryAfterMax))
+		j.r.m.retries.WithLabelValues(class.String()).Inc()
+		j.log.Info("apply failed; retrying", "attempt", attempt, "records", len(retry), "class", class.String(), "in", d, "err", lastErr)
+		if !sleep(stop, ctx, d) {
+			return retry, errStopped
+		}
+		todo = retry
+	}
+	return nil, nil
+}
+
+// apply calls the sink, turning a panic or a malformed result into an error.
+func (j *job) apply(ctx context.Context, batch []sink.Record) (errs []error, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			j.log.Error("sink panicked", "panic", p, "stack", string(debug.Stack()))
+			errs, err = nil, fmt.Errorf("%w: %v", ErrPanic, p)
+		}
+	}()
+	errs, err = j.r.sink.Apply(ctx, batch)
+	if err == nil && len(errs) != len(batch) {
+		return nil, fmt.Errorf("%w: %d errors for %d records", ErrBadResult, len(errs), len(batch))
+	}
+	return errs, err
+}
+
+// finish publishes the letters, releases the lease and acks. left records
+// were not applied because the lease went stale.
+func (j *job) finish(stop, ctx context.Context, left int) string {
+	j.stopHeartbeat()
+	cfg := j.r.cfg
+	if len(j.letters) > 0 {
+		err := j.retry(stop, ctx, "publish dead letters", func(ctx context.Context) error {
+			return j.r.dlq.Publish(ctx, j.letters)
+		})
+		if err != nil {
+			j.log.Warn("work item handed back: dead letters not stored", "err", err)
+			_ = j.msg.Nak()
+			return outcomeHandedBack
+		}
+		byClass := map[string]int{}
+		for _, l := range j.letters {
+			byClass[l.Class]++
+			j.r.m.deadLetters.WithLabelValues(l.Class).Inc()
+		}
+		j.log.Warn("dead-lettered", "letters", len(j.letters), "by_class", byClass, "applied", j.applied,
+			"first_reason", j.letters[0].Reason, "first_seq", j.letters[0].SourceSeq)
+	}
+	outcome := outcomeDone
+	if j.fenced.Load() {
+		outcome = outcomeFenced
+		j.log.Warn("lease fenced out: the range was re-dispatched under a newer lease; acking without release and leaving the rest to it",
+			"applied", j.applied, "left", left)
+	} else {
+		j.release(ctx)
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.AckWait)
+	defer cancel()
+	if err := j.msg.DoubleAck(actx); err != nil {
+		// The item will be delivered again and applied again, idempotently.
+		j.log.Warn("ack work item", "err", err)
+	}
+	return outcome
+}
+
+// release frees the slot. A stale lease is logged and otherwise ignored;
+// other failures are retried briefly, then left to the lease's expiry.
+func (j *job) release(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	for attempt := range 3 {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = j.r.leases.Release(rctx, j.item.LeaseID, j.item.Token)
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, tenancy.ErrStaleLease):
+			j.r.m.staleLeases.Inc()
+			j.log.Warn("lease was stale at release (re-dispatched meanwhile); item acked anyway", "err", err)
+			return
+		}
+		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+	}
+	j.log.Error("release lease failed; it expires by itself", "err", err)
+}
+
+// retry runs f until it succeeds, the backoff gives up (its last error) or
+// the runner stops (errStopped).
+func (j *job) retry(stop, ctx context.Context, what string, f func(context.Context) error) error {
+	bo := j.r.cfg.newBackOff()
+	for {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errStopped
+		}
+		d := bo.NextBackOff()
+		if d == backoff.Stop {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		j.log.Info(what+" failed; retrying", "in", d, "err", err)
+		if !sleep(stop, ctx, d) {
+			return errStopped
+		}
+	}
+}
+
+// letter dead-letters recs[k].
+func (j *job) letter(k int, class, rule, reason string) {
+	j.letters = append(j.letters, j.eventLetter(j.stored[j.src[k]], j.fails[k], class, rule, reason))
+}
+
+func (j *job) eventLetter(s work.Stored, f failure, class, rule, reason string) dlq.Letter {
+	return dlq.Letter{
+		Kind: dlq.KindEvent, Dest: j.r.cfg.Dest, Tenant: j.item.Tenant,
+		Reason: reason, Class: class, Rule: rule, Attempts: f.attempts, Deliveries: j.deliveries,
+		FirstFailure: f.first, LastFailure: f.last,
+		SourceStream: j.r.cfg.ProductsStream, SourceSeq: s.Seq, SourceSubject: s.Subject,
+		Lease: j.item.LeaseID, Header: s.Header, Data: s.Data,
+	}
+}
+
+// heartbeat keeps the item alive while it works: InProgress so JetStream
+// does not redeliver it, Extend so the slot lease does not expire. The
+// returned func stops it and waits; it may be called more than once.
+func (j *job) heartbeat(ctx context.Context) func() {
+	cfg := j.r.cfg
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ip := time.NewTicker(cfg.InProgressEvery)
+		defer ip.Stop()
+		ext := time.NewTicker(cfg.ExtendEvery)
+		defer ext.Stop()
+		lease := tenancy.Lease{ID: j.item.LeaseID, Token: j.item.Token}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ip.C:
+				if err := j.msg.InProgress(); err != nil && ctx.Err() == nil {
+					j.log.Warn("report work item in progress", "err", err)
+				}
+			case <-ext.C:
+				ectx, c := context.WithTimeout(ctx, cfg.ExtendEvery)
+				_, err := j.r.leases.Extend(ectx, lease)
+				c()
+				switch {
+				case errors.Is(err, tenancy.ErrStaleLease):
+					ext.Stop()
+					if !j.fenced.Swap(true) {
+						j.r.m.staleLeases.Inc()
+						j.log.Warn("lease fenced out while working; no further retries under it", "err", err)
+					}
+				case err != nil && ctx.Err() == nil:
+					j.log.Warn("extend lease", "err", err)
+				}
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { cancel(); <-done })
+}
+
+// sleep waits d; false if stop or ctx ended first.
+func sleep(stop, ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop.Done():
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,101 @@
+package runner
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Item outcomes, the "outcome" label of fairway_sink_items_total and
+// fairway_sink_item_seconds.
+const (
+	outcomeDone       = "done"        // applied (perhaps with dead letters), released, acked
+	outcomeFenced     = "fenced"      // lease stale while retrying: acked, left to the newer lease
+	outcomeHandedBack = "handed_back" // nak: shutdown or a failure to finish
+	outcomeTerminated = "terminated"  // malformed item
+)
+
+// metrics are one destination's sink metrics. The registry is injected;
+// several runners (tests) register on different registries, or on one when
+// their destinations differ.
+type metrics struct {
+	applied     prometheus.Counter
+	items       *prometheus.CounterVec
+	itemSeconds prometheus.ObserverVec
+	retries     *prometheus.CounterVec
+	deadLetters *prometheus.CounterVec
+	endToEnd    prometheus.Observer
+	inFlight    prometheus.Gauge
+	staleLeases prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
+	l := prometheus.Labels{"dest": dest}
+	m := &metrics{}
+	applied := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fairway_sink_applied_events_total", Help: "Events applied to the destination (superseded within a batch included).",
+	}, []string{"dest"})
+	items := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fairway_sink_items_total", Help: "Work items finished, by outcome (done, fenced, handed_back, terminated).",
+	}, []string{"dest", "outcome"})
+	itemSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fairway_sink_item_seconds", Help: "Time from fetching a work item to its ack or nak (batch latency).",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12),
+	}, []string{"dest", "outcome"})
+	retries := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fairway_sink_retries_total", Help: "Apply attempts retried, by class of the failure.",
+	}, []string{"dest", "class"})
+	deadLetters := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fairway_sink_dead_letters_total", Help: "Events (or lost ranges) put in the dead-letter stream, by class.",
+	}, []string{"dest", "class"})
+	endToEnd := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fairway_sink_end_to_end_seconds", Help: "Time from the event's store in PRODUCTS to its apply.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 14),
+	}, []string{"dest"})
+	inFlight := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fairway_sink_in_flight_items", Help: "Work items being applied by this process.",
+	}, []string{"dest"})
+	stale := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fairway_sink_stale_leases_total", Help: "Leases found fenced out (re-dispatched) on extend or release.",
+	}, []string{"dest"})
+	for _, c := range []prometheus.Collector{applied, items, itemSeconds, retries, deadLetters, endToEnd, inFlight, stale} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			switch v := are.ExistingCollector.(type) { // a second runner on the registry
+			case *prometheus.CounterVec:
+				switch c {
+				case applied:
+					applied = v
+				case items:
+					items = v
+				case retries:
+					retries = v
+				case deadLetters:
+					deadLetters = v
+				case stale:
+					stale = v
+				}
+			case *prometheus.HistogramVec:
+				if c == itemSeconds {
+					itemSeconds = v
+				} else {
+					endToEnd = v
+				}
+			case *prometheus.GaugeVec:
+				inFlight = v
+			}
+		}
+	}
+	m.applied = applied.With(l)
+	m.items = items.MustCurryWith(l)
+	m.itemSeconds = itemSeconds.MustCurryWith(l)
+	m.retries = retries.MustCurryWith(l)
+	m.deadLetters = deadLetters.MustCurryWith(l)
+	m.endToEnd = endToEnd.With(l)
+	m.inFlight = inFlight.With(l)
+	m.staleLeases = stale.With(l)
+	return m, nil
+}
