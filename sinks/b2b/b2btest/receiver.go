@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/fairwayhq/fairway/sinks/b2b"
@@ -100,9 +99,23 @@ type Receiver struct {
 	keys      map[string]int
 }
 
+// TB is the part of testing.TB New needs (so this package does not link
+// the testing package into programs such as the demo).
+type TB interface {
+	Helper()
+	Cleanup(func())
+}
+
 // New starts a receiver; it is closed when the test ends.
-func New(t testing.TB, opts Options) *Receiver {
+func New(t TB, opts Options) *Receiver {
 	t.Helper()
+	r := Start(opts)
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Start starts a receiver on a loopback port; Close stops it.
+func Start(opts Options) *Receiver {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
@@ -117,9 +130,11 @@ func New(t testing.TB, opts Options) *Receiver {
 	}
 	r := &Receiver{opts: opts, products: map[[2]string]Stored{}, keys: map[string]int{}, held: make(chan struct{}, 1024)}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
-	t.Cleanup(r.srv.Close)
 	return r
 }
+
+// Close stops the receiver.
+func (r *Receiver) Close() { r.srv.Close() }
 
 // URL is the endpoint to register as the partner URL.
 func (r *Receiver) URL() string { return r.srv.URL + "/hook" }
