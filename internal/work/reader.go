@@ -53,7 +53,8 @@ func NewReader(nc *nats.Conn, stream string) *Reader {
 }
 
 type directGetRequest struct {
-	Seq      uint64 `json:"seq,omitempty"`
+	Seq       uint64     `json:"seq,omitempty"`
+	StartTime *time.Time `json:"start_time,omitempty"`
 	NextFor  string `json:"next_by_subj,omitempty"`
 	Batch    int    `json:"batch,omitempty"`
 	MaxBytes int    `json:"max_bytes,omitempty"`
@@ -78,7 +79,37 @@ func (r *Reader) Next(ctx context.Context, tenant string, from, upTo uint64, opt
 	if upTo > 0 && upTo >= from && upTo-from+1 < uint64(max) {
 		max = int(upTo - from + 1)
 	}
-	req, _ := json.Marshal(directGetRequest{Seq: max64(from, 1), NextFor: subj, Batch: max, MaxBytes: opts.MaxBytes})
+	return r.get(ctx, tenant, directGetRequest{Seq: max64(from, 1), NextFor: subj, Batch: max, MaxBytes: opts.MaxBytes}, from, upTo, opts)
+}
+
+// Pending counts tenant's events with sequence ≥ from.
+func (r *Reader) Pending(ctx context.Context, tenant string, from uint64) (uint64, error) {
+	b, err := r.Next(ctx, tenant, from, 0, ReadOptions{Max: 1, NoData: true})
+	if err != nil || len(b.Msgs) == 0 {
+		return 0, err
+	}
+	return 1 + b.Pending, nil
+}
+
+// FirstAt returns tenant's first event stored at or after t; ok is false
+// when there is none.
+func (r *Reader) FirstAt(ctx context.Context, tenant string, t time.Time) (s Stored, ok bool, err error) {
+	subj, err := events.TenantSubjects(tenant)
+	if err != nil {
+		return Stored{}, false, err
+	}
+	t = t.UTC()
+	b, err := r.get(ctx, tenant, directGetRequest{StartTime: &t, NextFor: subj, Batch: 1}, 0, 0, ReadOptions{NoData: true})
+	if err != nil || len(b.Msgs) == 0 {
+		return Stored{}, false, err
+	}
+	return b.Msgs[0], true, nil
+}
+
+// get runs one batched direct get and collects its replies.
+func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, from, upTo uint64, opts ReadOptions) (Batch, error) {
+	max := dg.Batch
+	req, _ := json.Marshal(dg)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.timeout)

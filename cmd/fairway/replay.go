@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/fairwayhq/fairway/internal/replay"
+	"github.com/fairwayhq/fairway/internal/work"
+)
+
+func (c *cli) replayCmd() *cobra.Command {
+	var (
+		req     replay.Request
+		since   time.Duration
+		from    string
+		wait    bool
+		noWait  bool
+		refresh time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "replay --tenant <id> --dest <destination|all> (--from-seq N | --since 2h | --from 2026-11-20T10:00:00Z)",
+		Short: "Send a tenant's events to a destination again, through the normal fair, slot-limited path",
+		Long: `replay rewinds the tenant's dispatch cursor for the destination (or every
+destination with --dest all) to the start you give. Everything from there up
+to where the cursor was is dispatched again next to live traffic; sinks are
+idempotent, so replaying twice leaves every destination as after once.
+
+On a terminal it shows a progress bar (events dispatched again / total, rate,
+ETA) until the replay is through; elsewhere it prints a line every few
+seconds with --wait, or starts the replay and returns.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			given := 0
+			for _, b := range []bool{req.FromSeq > 0, since > 0, from != ""} {
+				if b {
+					given++
+				}
+			}
+			if req.Tenant == "" || req.Dest == "" || given != 1 {
+				return usageError{fmt.Errorf("--tenant, --dest and exactly one of --from-seq, --since, --from are required")}
+			}
+			switch {
+			case since > 0:
+				req.From = time.Now().Add(-since)
+			case from != "":
+				t, err := time.Parse(time.RFC3339, from)
+				if err != nil {
+					return usageError{fmt.Errorf("--from %q: want an RFC 3339 time such as 2026-11-20T10:00:00Z", from)}
+				}
+				req.From = t
+			}
+			svc, done, err := c.replayService(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			rs, err := svc.Start(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			for _, r := range rs {
+				fmt.Fprintf(c.errOut, "replay %d: %s → %s, sequences %d..%d, %d events\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.TargetSeq-1, r.Total)
+			}
+			tty := isTerminal(c.out)
+			if noWait || (!wait && !tty) {
+				return nil
+			}
+			return watch(cmd.Context(), svc, rs, c.out, tty, refresh)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Tenant, "tenant", "", "tenant id")
+	f.StringVar(&req.Dest, "dest", "", "destination (postgres, clickhouse, b2b:<partner>) or all")
+	f.Uint64Var(&req.FromSeq, "from-seq", 0, "replay from this PRODUCTS sequence")
+	f.DurationVar(&since, "since", 0, "replay events stored within this long (e.g. 2h)")
+	f.StringVar(&from, "from", "", "replay events stored at or after this RFC 3339 time")
+	f.BoolVar(&wait, "wait", false, "watch progress until the replay is through (default on a terminal)")
+	f.BoolVar(&noWait, "no-wait", false, "start the replay and return")
+	f.DurationVar(&refresh, "refresh", time.Second, "how often progress is read")
+	cmd.AddCommand(c.replayStatusCmd(), c.replayCancelCmd())
+	return cmd
+}
+
+func (c *cli) replayService(ctx context.Context) (*replay.Service, func(), error) {
+	st, pool, err := c.store(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, js, err := c.jetstream()
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	svc := &replay.Service{Store: st, Pool: pool, JS: js, Reader: work.NewReader(nc, "")}
+	return svc, func() { nc.Close(); pool.Close() }, nil
+}
+
+// watch shows the replays' progress until all are through or ctx ends.
+func watch(ctx context.Context, svc *replay.Service, rs []replay.Replay, out io.Writer, tty bool, every time.Duration) error {
+	var total int64
+	for _, r := range rs {
+		total += int64(r.Total)
+	}
+	var bar *progressbar.ProgressBar
+	if tty {
+		bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(out), progressbar.OptionSetDescription("replay"),
+			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
+			progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(), progressbar.OptionClearOnFinish())
+	}
+	start, lastLine := time.Now(), time.Time{}
+	for {
+		var done int64
+		running := 0
+		for _, r := range rs {
+			cur, err := svc.Get(ctx, r.ID)
+			if err != nil {
+				return err
+			}
+			done += int64(cur.Done)
+			if cur.State == replay.StateRunning {
+				running++
+			}
+		}
+		if bar != nil {
+			_ = bar.Set64(done)
+		} else if time.Since(lastLine) >= 5*time.Second || running == 0 {
+			lastLine = time.Now()
+			rate := float64(done) / max(time.Since(start).Seconds(), 0.001)
+			fmt.Fprintf(out, "replay: %d/%d events dispatched again (%.0f/s)\n", done, total, rate)
+		}
+		if running == 0 {
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			fmt.Fprintf(out, "replay: %d events dispatched again in %s; sinks apply them as slots allow\n", done, time.Since(start).Round(time.Second))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(out, "\nreplay: still running in the background; `fairway replay status` shows it")
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+func (c *cli) replayStatusCmd() *cobra.Command {
+	var tenant string
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "List replays and their progress (running ones unless --all)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			svc, done, err := c.replayService(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			rs, err := svc.List(cmd.Context(), tenant, !all)
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tTENANT\tDEST\tFROM\tTO\tDONE\tTOTAL\tSTATE\tSTARTED")
+			for _, r := range rs {
+				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.TargetSeq-1, r.Done, r.Total, r.State, r.CreatedAt.Format(time.RFC3339))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
+	cmd.Flags().BoolVar(&all, "all", false, "include finished and cancelled replays")
+	return cmd
+}
+
+func (c *cli) replayCancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel <id>",
+		Short: "Stop a running replay: the rest of its range is skipped (it was applied before the replay)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil {
+				return usageError{fmt.Errorf("replay id %q is not a number", args[0])}
+			}
+			svc, done, err := c.replayService(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			r, err := svc.Cancel(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.out, "replay %d cancelled after %d of %d events\n", r.ID, r.Done, r.Total)
+			return nil
+		},
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

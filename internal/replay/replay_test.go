@@ -1,0 +1,172 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/replay"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+type fixture struct {
+	svc    *replay.Service
+	store  *tenancy.Store
+	stream jetstream.Stream
+	seqs   map[string][]uint64 // tenant → its sequences
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	store, _ := tenancy.New(pool, &tenancy.Config{DefaultMaxSlots: 100})
+	_, nc := testenv.NATS(t)
+	js, _ := jetstream.New(nc)
+	stream, err := events.EnsureStream(ctx, js, events.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := events.NewPublisher(js)
+	f := &fixture{store: store, stream: stream, seqs: map[string][]uint64{},
+		svc: &replay.Service{Store: store, Pool: pool, JS: js, Reader: work.NewReader(nc, "")}}
+	var evs []events.Event
+	for i := range 30 {
+		tenant := "acme"
+		if i%3 == 2 {
+			tenant = "globex"
+		}
+		evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprint(i), Version: 1, Op: events.OpUpsert,
+			OccurredAt: time.Now(), Payload: []byte(`{}`)})
+	}
+	for i, r := range pub.Publish(ctx, evs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		f.seqs[evs[i].Tenant] = append(f.seqs[evs[i].Tenant], r.Seq)
+	}
+	return f
+}
+
+// dispatch moves (tenant, dest)'s cursor to after seq as the dispatcher would.
+func (f *fixture) dispatch(t *testing.T, tenant, dest string, to uint64) {
+	t.Helper()
+	ctx := context.Background()
+	from, err := f.store.Cursor(ctx, tenant, dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Dispatch(ctx, tenant, dest, "test", from, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReplayRewindsAndTracksProgress(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	acme := f.seqs["acme"]
+	last := acme[len(acme)-1]
+	f.dispatch(t, "acme", "postgres", last)
+	f.dispatch(t, "acme", "clickhouse", acme[4])
+
+	rs, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.Total != uint64(len(acme)) || r.TargetSeq != last+1 || r.FromSeq != acme[0] {
+		t.Fatalf("replay %+v, want %d events up to %d", r, len(acme), last+1)
+	}
+	if c, _ := f.store.Cursor(ctx, "acme", "postgres"); c != acme[0] {
+		t.Fatalf("cursor %d, want rewound to %d", c, acme[0])
+	}
+	f.dispatch(t, "acme", "postgres", acme[9])
+	got, err := f.svc.Get(ctx, r.ID)
+	if err != nil || got.Done != 10 || got.State != replay.StateRunning {
+		t.Fatalf("progress %+v %v, want 10 done", got, err)
+	}
+	f.dispatch(t, "acme", "postgres", last)
+	if got, _ := f.svc.Get(ctx, r.ID); got.State != replay.StateDone || got.Done != got.Total {
+		t.Fatalf("after the range: %+v", got)
+	}
+
+	// all: only destinations that dispatched past the start replay.
+	rs, err = f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "all", FromSeq: acme[2]})
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("all: %+v %v", rs, err)
+	}
+	// Cancel jumps the cursor back to where the replay started.
+	c, err := f.svc.Cancel(ctx, rs[0].ID)
+	if err != nil || c.State != replay.StateCancelled {
+		t.Fatalf("cancel: %+v %v", c, err)
+	}
+	if cur, _ := f.store.Cursor(ctx, c.Tenant, c.Dest); cur != c.TargetSeq {
+		t.Fatalf("cursor after cancel %d, want %d", cur, c.TargetSeq)
+	}
+	if _, err := f.svc.Cancel(ctx, rs[0].ID); err == nil {
+		t.Fatal("cancelled twice")
+	}
+}
+
+func TestReplaySince(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	acme := f.seqs["acme"]
+	f.dispatch(t, "acme", "postgres", acme[len(acme)-1])
+	rs, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", From: time.Now().Add(-time.Hour)})
+	if err != nil || rs[0].FromSeq != acme[0] {
+		t.Fatalf("since an hour: %+v %v", rs, err)
+	}
+	if _, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", From: time.Now().Add(time.Hour)}); !errors.Is(err, replay.ErrNothing) {
+		t.Fatalf("from the future: %v", err)
+	}
+}
+
+func TestReplayErrorsAreClear(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	acme := f.seqs["acme"]
+	f.dispatch(t, "acme", "postgres", acme[3])
+	if _, err := f.store.EnsureTenant(ctx, "newbie"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.stream.Purge(ctx, jetstream.WithPurgeSequence(5)); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		req  replay.Request
+		want error
+		text string
+	}{
+		{"unknown tenant", replay.Request{Tenant: "ghost", Dest: "postgres", FromSeq: 5}, replay.ErrUnknownTenant, "ghost"},
+		{"no destinations", replay.Request{Tenant: "newbie", Dest: "postgres", FromSeq: 5}, replay.ErrUnknownDest, "no destinations"},
+		{"unknown destination", replay.Request{Tenant: "acme", Dest: "s3", FromSeq: 5}, replay.ErrUnknownDest, "it has: postgres"},
+		{"too old", replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: 2}, replay.ErrTooOld, "oldest event is sequence 5"},
+		{"nothing dispatched yet", replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[8]}, replay.ErrNothing, "cursor is at"},
+	}
+	for _, c := range cases {
+		_, err := f.svc.Start(ctx, c.req)
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s: %v, want %v mentioning %q", c.name, err, c.want, c.text)
+		}
+	}
+	if _, err := f.svc.Start(ctx, replay.Request{Tenant: "Bad.Id", Dest: "postgres", FromSeq: 5}); !errors.Is(err, events.ErrInvalidTenant) {
+		t.Errorf("invalid tenant id: %v", err)
+	}
+}
