@@ -55,10 +55,10 @@ func NewReader(nc *nats.Conn, stream string) *Reader {
 type directGetRequest struct {
 	Seq       uint64     `json:"seq,omitempty"`
 	StartTime *time.Time `json:"start_time,omitempty"`
-	NextFor  string `json:"next_by_subj,omitempty"`
-	Batch    int    `json:"batch,omitempty"`
-	MaxBytes int    `json:"max_bytes,omitempty"`
-	NoHdr    bool   `json:"no_hdr,omitempty"`
+	NextFor   string     `json:"next_by_subj,omitempty"`
+	Batch     int        `json:"batch,omitempty"`
+	MaxBytes  int        `json:"max_bytes,omitempty"`
+	NoHdr     bool       `json:"no_hdr,omitempty"`
 }
 
 // ReadOptions shape one Next call.
