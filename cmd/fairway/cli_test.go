@@ -58,6 +58,14 @@ func TestTenantCommands(t *testing.T) {
 	if _, _, err := fairway(t, dsn, "tenants", "set-weight", "acme", "--weight", "3"); err != nil {
 		t.Fatal(err)
 	}
+	for _, args := range [][]string{{"pause", "acme", "--dest", "postgres"}, {"resume", "acme", "--dest", "postgres"}, {"pause", "acme"}} {
+		if out, _, err := fairway(t, dsn, append([]string{"tenants"}, args...)...); err != nil || !strings.Contains(out, args[0]+"d") {
+			t.Fatalf("tenants %v: %q %v", args, out, err)
+		}
+	}
+	if _, _, err := fairway(t, dsn, "tenants", "pause", "acme", "--dest", "clickhouse"); err == nil {
+		t.Fatal("pausing a destination the tenant never used must fail")
+	}
 	out, _, err = fairway(t, dsn, "tenants", "list")
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +76,7 @@ func TestTenantCommands(t *testing.T) {
 			row = l
 		}
 	}
-	if f := strings.Fields(row); len(f) < 6 || f[1] != "3" || f[4] != "4" {
+	if f := strings.Fields(row); len(f) < 6 || f[1] != "3" || f[2] != "true" || f[4] != "4" {
 		t.Fatalf("list row %q in\n%s", row, out)
 	}
 	if tok2, _, err := fairway(t, dsn, "tenants", "token", "acme"); err != nil || tok2 == tok || !strings.HasPrefix(tok2, "fw_") {

@@ -13,7 +13,8 @@ func (c *cli) tenantsCmd() *cobra.Command {
 		Use:   "tenants",
 		Short: "Create tenants, issue tokens, set limits and weights",
 	}
-	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsTokenCmd())
+	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsTokenCmd(),
+		c.tenantsPauseCmd("pause", true), c.tenantsPauseCmd("resume", false))
 	return cmd
 }
 
@@ -185,5 +186,35 @@ func (c *cli) adminTokenCmd() *cobra.Command {
 	}
 	create.Flags().StringVar(&name, "name", "operator", "who the token is for")
 	cmd.AddCommand(create)
+	return cmd
+}
+
+func (c *cli) tenantsPauseCmd(verb string, paused bool) *cobra.Command {
+	var dest string
+	cmd := &cobra.Command{
+		Use:   verb + " <tenant-id> [--dest <destination>]",
+		Short: map[bool]string{true: "Stop dispatching a tenant's work (all destinations, or one); running batches finish", false: "Resume a paused tenant or destination"}[paused],
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			what := args[0]
+			if dest == "" {
+				err = st.SetPaused(cmd.Context(), args[0], paused)
+			} else {
+				err = st.SetDestPaused(cmd.Context(), args[0], dest, paused)
+				what += " " + dest
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.out, "%s: %sd\n", what, verb)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dest, "dest", "", "only this destination")
 	return cmd
 }

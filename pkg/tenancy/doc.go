@@ -34,7 +34,7 @@
 //	  WHERE l.tenant = $1 AND l.dest = $2
 //	    AND s.slot_no < l.max_slots                        -- (1)
 //	    AND (s.expires_at IS NULL OR s.expires_at < now()) -- free or expired
-//	    AND NOT t.paused
+//	    AND NOT t.paused AND NOT l.paused
 //	    AND NOT EXISTS (live lease on a slot_no >= l.max_slots) -- (2)
 //	  ORDER BY s.slot_no LIMIT 1
 //	  FOR UPDATE OF s SKIP LOCKED)                         -- (3)

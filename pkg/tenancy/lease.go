@@ -80,7 +80,7 @@ const candidateSQL = `
 	WHERE l.tenant = %[1]s AND l.dest = %[2]s
 	  AND s.slot_no < l.max_slots
 	  AND (s.expires_at IS NULL OR s.expires_at < now())
-	  AND NOT t.paused
+	  AND NOT t.paused AND NOT l.paused
 	  AND NOT EXISTS (
 		SELECT 1 FROM fairway.slots h
 		WHERE h.tenant = l.tenant AND h.dest = l.dest
@@ -99,7 +99,7 @@ const freeSQL = `(s.expires_at IS NULL OR s.expires_at < now())`
 
 // statusSQL says why nothing was taken: NULL = unknown (tenant, dest),
 // 'paused', or 'busy'. Evaluated only when no slot was taken.
-const statusSQL = `(SELECT CASE WHEN t.paused THEN 'paused' ELSE 'busy' END
+const statusSQL = `(SELECT CASE WHEN t.paused OR l.paused THEN 'paused' ELSE 'busy' END
 	FROM fairway.limits l JOIN fairway.tenants t ON t.id = l.tenant
 	WHERE l.tenant = $1 AND l.dest = $2)`
 

@@ -15,6 +15,7 @@ type PairStatus struct {
 	MaxSlots     int
 	// Weight is the destination's weight override, or the tenant's weight.
 	Weight int
+	// Paused: the tenant, or this destination of it, is paused.
 	Paused bool
 	InUse  int
 	// NextSeq is the next PRODUCTS sequence to dispatch (1 before any).
@@ -31,7 +32,7 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 		}
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused,
+		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused OR l.paused,
 		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()),
 		       COALESCE(c.next_seq, 1)
 		FROM fairway.limits l

@@ -2,7 +2,10 @@ package tenancy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"testing"
 )
 
@@ -57,4 +60,42 @@ func TestPairStatuses(t *testing.T) {
 
 func fmtState(max, weight, inUse int, next uint64) string {
 	return fmt.Sprintf("max=%d weight=%d in_use=%d next=%d", max, weight, inUse, next)
+}
+
+func TestDestPause(t *testing.T) {
+	t.Parallel()
+	st, _, _ := setup(t, nil)
+	ctx := context.Background()
+	if _, err := st.EnsureTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"postgres", "b2b:p1"} {
+		if err := st.SetLimit(ctx, "acme", d, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.SetDestPaused(ctx, "acme", "b2b:p1", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Acquire(ctx, "acme", "b2b:p1", "h"); !errors.Is(err, tenancy.ErrPaused) {
+		t.Fatalf("paused destination: %v, want ErrPaused", err)
+	}
+	if _, err := st.Acquire(ctx, "acme", "postgres", "h"); err != nil {
+		t.Fatalf("other destination: %v", err)
+	}
+	ps, _ := st.PairStatuses(ctx, "acme")
+	for _, p := range ps {
+		if p.Paused != (p.Dest == "b2b:p1") {
+			t.Errorf("%s paused=%v", p.Dest, p.Paused)
+		}
+	}
+	if err := st.SetDestPaused(ctx, "acme", "b2b:p1", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Acquire(ctx, "acme", "b2b:p1", "h"); err != nil {
+		t.Fatalf("resumed: %v", err)
+	}
+	if err := st.SetDestPaused(ctx, "acme", "clickhouse", true); !errors.Is(err, tenancy.ErrUnknownTenant) {
+		t.Fatalf("unknown pair: %v", err)
+	}
 }

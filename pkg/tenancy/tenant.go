@@ -144,6 +144,29 @@ func (s *Store) SetPaused(ctx context.Context, tenant string, paused bool) error
 		) SELECT (SELECT count(*) FROM u) + 0 * (SELECT count(*) FROM n)`, paused)
 }
 
+// SetDestPaused pauses or resumes one destination of a tenant: no new
+// slot of (tenant, dest) is handed out while it is paused (ErrPaused);
+// batches already running finish. Resuming wakes dispatchers.
+// ErrUnknownTenant if the pair was never seen.
+func (s *Store) SetDestPaused(ctx context.Context, tenant, dest string, paused bool) error {
+	if err := validPair(tenant, dest); err != nil {
+		return err
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH u AS (
+			UPDATE fairway.limits SET paused = $3 WHERE tenant = $1 AND dest = $2 RETURNING tenant, dest
+		), n AS (
+			SELECT pg_notify('`+NotifyChannel+`', u.tenant || ' ' || u.dest) FROM u WHERE NOT $3
+		) SELECT (SELECT count(*) FROM u) + 0 * (SELECT count(*) FROM n)`, tenant, dest, paused).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("set paused %s/%s: %w", tenant, dest, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("set paused %s/%s: %w (no such destination for this tenant yet)", tenant, dest, ErrUnknownTenant)
+	}
+	return nil
+}
+
 func (s *Store) updateTenant(ctx context.Context, what, tenant, sql string, arg any) error {
 	var n int64
 	if err := s.pool.QueryRow(ctx, sql, tenant, arg).Scan(&n); err != nil {
