@@ -92,10 +92,14 @@ type Sink struct {
 
 var _ sink.Sink = (*Sink)(nil)
 
-// New validates cfg, connects and creates the tables when they are missing.
+// New validates cfg, connects and creates the database and tables when
+// they are missing.
 func New(ctx context.Context, cfg *Config) (*Sink, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := createDatabase(ctx, cfg); err != nil {
 		return nil, err
 	}
 	conn, err := ch.Open(&ch.Options{
@@ -115,6 +119,27 @@ func New(ctx context.Context, cfg *Config) (*Sink, error) {
 		}
 	}
 	return s, nil
+}
+
+// createDatabase creates cfg.Database if it is missing, through a
+// connection to the server's default database (a connection to a missing
+// database fails at the handshake).
+func createDatabase(ctx context.Context, cfg *Config) error {
+	conn, err := ch.Open(&ch.Options{
+		Addr:        []string{cfg.Addr},
+		Auth:        ch.Auth{Database: "default", Username: cfg.Username, Password: cfg.Password},
+		DialTimeout: cfg.DialTimeout,
+		ReadTimeout: cfg.ReadTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("clickhouse sink: open %s: %w", cfg.Addr, err)
+	}
+	defer conn.Close()
+	// cfg.Database is an identifier (validate), so it is safe to splice.
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+cfg.Database); err != nil {
+		return fmt.Errorf("clickhouse sink: create database %s: %w", cfg.Database, err)
+	}
+	return nil
 }
 
 // Close closes the connections.

@@ -224,3 +224,25 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A sink pointed at a database that does not exist yet creates it.
+func TestNewCreatesTheDatabase(t *testing.T) {
+	t.Parallel()
+	addr, _ := testenv.NewClickHouseDatabase(t)
+	db := fmt.Sprintf("fw_test_new_%d", time.Now().UnixNano())
+	s, err := clickhouse.New(context.Background(), &clickhouse.Config{Addr: addr, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t.Cleanup(func() {
+		conn, err := ch.Open(&ch.Options{Addr: []string{addr}})
+		if err == nil {
+			_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db)
+			conn.Close()
+		}
+	})
+	if _, err := s.Apply(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+}
