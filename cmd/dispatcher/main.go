@@ -1,0 +1,81 @@
+// Command dispatcher moves each tenant's product events from stream
+// PRODUCTS to stream WORK, fairly across tenants and inside their slot
+// limits. Run several for throughput and availability: they share
+// PostgreSQL and JetStream and need no leader. See internal/dispatch and
+// docs/dispatcher.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dispatcher:", err)
+		os.Exit(2)
+	}
+	log, err := bootstrap.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dispatcher:", err)
+		os.Exit(2)
+	}
+	cfg.Logger = log
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		log.Error("dispatcher stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func parseConfig(args []string, getenv func(string) string) (Config, error) {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	var (
+		c     Config
+		dests string
+	)
+	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
+	fs.StringVar(&c.Listen, "listen", env("FAIRWAY_DISPATCHER_LISTEN", "127.0.0.1:8081"), "HTTP address for /metrics and /healthz (env FAIRWAY_DISPATCHER_LISTEN)")
+	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
+	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL, required)")
+	fs.StringVar(&dests, "dest", env("FAIRWAY_DESTS", "postgres,clickhouse"), "comma-separated destinations: postgres, clickhouse, b2b:<partner> (env FAIRWAY_DESTS)")
+	fs.StringVar(&c.Dispatch.Holder, "holder", env("FAIRWAY_HOLDER", ""), "name of this replica in leases and the batch log (default <hostname>-<pid>)")
+	fs.IntVar(&c.Dispatch.BatchSize, "batch-size", dispatch.BatchSizeDefault, "most events per work item")
+	fs.Int64Var(&c.Dispatch.Quantum, "quantum", 0, "events a weight-1 tenant earns per round (default batch size)")
+	fs.IntVar(&c.Dispatch.Concurrency, "concurrency", dispatch.ConcurrencyDefault, "batches dispatched at once per destination")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", tenancy.LeaseTTLDefault, "slot lease time; an unextended batch lease is re-dispatched after it")
+	fs.DurationVar(&c.Dispatch.PollInterval, "poll-interval", dispatch.PollIntervalDefault, "fallback backlog rescan interval")
+	fs.DurationVar(&c.Dispatch.RecoverInterval, "recover-interval", dispatch.RecoverIntervalDefault, "orphaned-batch recovery interval")
+	fs.IntVar(&c.WorkReplicas, "replicas", 1, "WORK stream replicas (3 in a cluster)")
+	fs.StringVar(&c.LogFormat, "log-format", env("FAIRWAY_LOG_FORMAT", "text"), "text or json")
+	fs.StringVar(&c.LogLevel, "log-level", env("FAIRWAY_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.DurationVar(&c.Dispatch.ShutdownGrace, "shutdown-grace", dispatch.ShutdownGraceDefault, "time in-flight batches get to be published on shutdown")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.DatabaseURL == "" {
+		return c, fmt.Errorf("DATABASE_URL (or --database-url) is required")
+	}
+	for _, d := range strings.Split(dests, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			c.Dispatch.Dests = append(c.Dispatch.Dests, d)
+		}
+	}
+	return c, nil
+}

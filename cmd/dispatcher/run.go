@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// Config is everything the dispatcher command reads from flags and env.
+type Config struct {
+	Listen       string
+	NATSURL      string
+	DatabaseURL  string
+	LeaseTTL     time.Duration
+	WorkReplicas int
+	Dispatch     dispatch.Config
+	LogFormat    string
+	LogLevel     string
+	Logger       *slog.Logger
+}
+
+func run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := tenancy.New(pool, &tenancy.Config{LeaseTTL: cfg.LeaseTTL, Logger: log})
+	if err != nil {
+		return err
+	}
+	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-dispatcher", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := events.EnsureStream(startCtx, js, events.StreamConfig{}); err != nil {
+		return err
+	}
+	if _, err := work.EnsureStream(startCtx, js, work.StreamConfig{Replicas: cfg.WorkReplicas}); err != nil {
+		return err
+	}
+	reg := bootstrap.NewRegistry()
+	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg, Logger: log}, &cfg.Dispatch)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !nc.IsConnected() {
+			http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
+			return
+		}
+		if err := pool.Ping(r.Context()); err != nil {
+			http.Error(w, "postgres: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	log.Info("dispatcher listening", "addr", ln.Addr().String())
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- bootstrap.Serve(httpCtx, bootstrap.HTTPServer(mux, log), ln, 5*time.Second) }()
+
+	// Run returns after its two-phase shutdown: no new grants, in-flight
+	// batches published or handed back. Metrics stay up until then.
+	runErr := d.Run(ctx)
+	stopHTTP()
+	if err := <-httpDone; err != nil {
+		log.Warn("http server", "err", err)
+	}
+	if err := nc.Drain(); err != nil {
+		log.Warn("nats drain", "err", err)
+	}
+	return runErr
+}

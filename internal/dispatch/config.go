@@ -1,0 +1,158 @@
+package dispatch
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// Defaults and bounds for Config.
+const (
+	BatchSizeDefault       = 500
+	BatchSizeMax           = 10_000
+	ConcurrencyDefault     = 4
+	PollIntervalDefault    = 30 * time.Second
+	RecoverIntervalDefault = 5 * time.Second
+	PublishTimeoutDefault  = 10 * time.Second
+	ShutdownGraceDefault   = 10 * time.Second
+	RetryDelayDefault      = time.Second
+	ScanParallelismDefault = 16
+)
+
+// Config configures a Dispatcher. The zero value plus Dests is valid.
+type Config struct {
+	// Holder names this process in slot leases and the batch log. Default
+	// "<hostname>-<pid>". Every replica needs its own.
+	Holder string
+
+	// Dests are the destinations every tenant's events go to: "postgres",
+	// "clickhouse" or "b2b:<partner>". Default [postgres, clickhouse].
+	// Partners adds per-tenant b2b destinations on top.
+	Dests []string
+
+	// BatchSize is the most events one work item covers (the scheduler's
+	// MaxBatch). Default 500, at most 10,000.
+	BatchSize int
+
+	// Quantum is the credit, in events, a weight-1 tenant earns per
+	// deficit-round-robin round. Default BatchSize, so a weight-w tenant
+	// gets w full batches per round.
+	Quantum int64
+
+	// Concurrency is how many batches one destination dispatches at once
+	// (for different tenants: one tenant's batches are dispatched one at a
+	// time). When a destination has more ready tenants than this, they wait
+	// in weighted round-robin order. Default 4.
+	Concurrency int
+
+	// Dampening optionally dampens greedy tenants per destination (see
+	// scheduler.Dampening). Default none.
+	Dampening map[string]*scheduler.Dampening
+
+	// PollInterval is the fallback rescan of every tenant's backlog and
+	// weights, for whatever the doorbell and release wake-ups cannot see
+	// (a cursor moved back for replay, a changed weight, a tenant with new
+	// partners). Default 30s.
+	PollInterval time.Duration
+
+	// RecoverInterval is how often the dispatcher sweeps expired leases and
+	// re-dispatches orphaned batches (tenancy.Orphans). A release of a
+	// tenant with a waiting orphan also triggers it. Default 5s.
+	RecoverInterval time.Duration
+
+	// PublishTimeout bounds handing one work item to WORK, retries
+	// included. Default 10s.
+	PublishTimeout time.Duration
+
+	// RetryDelay is how long a tenant is set aside after a read or database
+	// error, so errors cannot spin the loop. Default 1s.
+	RetryDelay time.Duration
+
+	// ShutdownGrace is how long batches in flight get to be published after
+	// the context ends; what is left is handed back (ReturnBatches).
+	// Default 10s.
+	ShutdownGrace time.Duration
+
+	// ScanParallelism is how many backlog probes (one batched direct get
+	// each) the startup and poll scans run at once. Default 16.
+	ScanParallelism int
+
+	// Stream is the events stream. Default PRODUCTS.
+	Stream string
+
+	// Clock is the time source (dampening, latency). Default time.Now.
+	Clock func() time.Time
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c *Config) WithDefaults() *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	out := *c
+	out.Holder = cmp.Or(c.Holder, defaultHolder())
+	if len(c.Dests) == 0 {
+		out.Dests = []string{tenancy.DestPostgres, tenancy.DestClickHouse}
+	} else {
+		out.Dests = append([]string(nil), c.Dests...)
+	}
+	out.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	out.Quantum = cmp.Or(c.Quantum, int64(out.BatchSize))
+	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	out.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	out.RecoverInterval = cmp.Or(c.RecoverInterval, RecoverIntervalDefault)
+	out.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	out.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
+	out.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	out.ScanParallelism = cmp.Or(c.ScanParallelism, ScanParallelismDefault)
+	out.Stream = cmp.Or(c.Stream, events.StreamName)
+	if out.Clock == nil {
+		out.Clock = time.Now
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	seen := map[string]bool{}
+	for _, d := range c.Dests {
+		if err := tenancy.ValidDest(d); err != nil {
+			return fmt.Errorf("%w: Dests: %v", ErrInvalidConfig, err)
+		}
+		if seen[d] {
+			return fmt.Errorf("%w: Dests: %q twice", ErrInvalidConfig, d)
+		}
+		seen[d] = true
+	}
+	for d := range c.Dampening {
+		if err := tenancy.ValidDest(d); err != nil {
+			return fmt.Errorf("%w: Dampening: %v", ErrInvalidConfig, err)
+		}
+	}
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > BatchSizeMax:
+		return fmt.Errorf("%w: BatchSize %d not in [1, %d]", ErrInvalidConfig, c.BatchSize, BatchSizeMax)
+	case c.Quantum < 1:
+		return fmt.Errorf("%w: Quantum %d < 1", ErrInvalidConfig, c.Quantum)
+	case c.Concurrency < 1:
+		return fmt.Errorf("%w: Concurrency %d < 1", ErrInvalidConfig, c.Concurrency)
+	case c.PollInterval < 0 || c.RecoverInterval < 0 || c.PublishTimeout < 0 || c.RetryDelay < 0 || c.ShutdownGrace < 0:
+		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
+	case c.ScanParallelism < 1:
+		return fmt.Errorf("%w: ScanParallelism %d < 1", ErrInvalidConfig, c.ScanParallelism)
+	}
+	return nil
+}
+
+func defaultHolder() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "dispatcher"
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
+}

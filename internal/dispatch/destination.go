@@ -1,0 +1,310 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// destination is one destination's scheduler and loop. Destinations share
+// nothing but the Dispatcher's connections, so a slow destination never
+// delays another.
+type destination struct {
+	d     *Dispatcher
+	name  string
+	sched *scheduler.Scheduler
+	wake  chan struct{}
+
+	started bool // guarded by d.mu
+
+	// mu guards tenants and orders scheduler updates that must not
+	// interleave (a doorbell's backlog hint vs. a finished batch's).
+	mu      sync.Mutex
+	tenants map[string]*tenantState
+}
+
+// tenantState is what the destination knows of one tenant.
+type tenantState struct {
+	cursor  uint64 // next sequence to dispatch; 0 = not loaded yet
+	lastSeq uint64 // highest sequence the doorbell or a scan saw
+	weight  int
+	granted bool   // a grant is outstanding
+	blocked bool   // at its slot limit (or set aside after an error)
+	gen     uint64 // bumped by every release wake-up
+	orphans bool   // an orphan of this tenant waits for a slot
+	bells   uint64 // doorbell rings so far
+}
+
+func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
+	return &destination{d: d, name: name, sched: sched, wake: make(chan struct{}, 1), tenants: map[string]*tenantState{}}
+}
+
+func (x *destination) key(tenant string) scheduler.Key {
+	return scheduler.Key{Tenant: tenant, Dest: x.name}
+}
+
+// state returns tenant's state; x.mu must be held.
+func (x *destination) state(tenant string) *tenantState {
+	ts := x.tenants[tenant]
+	if ts == nil {
+		ts = &tenantState{weight: 1}
+		x.tenants[tenant] = ts
+	}
+	return ts
+}
+
+func (x *destination) kick() {
+	select {
+	case x.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run grants batches while Concurrency allows and sleeps on wake-ups. When
+// loopCtx ends it stops granting and waits for batches in flight; those
+// run on workCtx, which Run cancels ShutdownGrace later.
+func (x *destination) run(loopCtx, workCtx context.Context) {
+	sem := make(chan struct{}, x.d.cfg.Concurrency)
+	var ops sync.WaitGroup
+	defer ops.Wait()
+	for {
+		for loopCtx.Err() == nil {
+			select {
+			case sem <- struct{}{}:
+			default:
+				goto wait
+			}
+			g, ok := x.sched.Next()
+			if !ok {
+				<-sem
+				break
+			}
+			x.mu.Lock()
+			x.state(g.Key.Tenant).granted = true
+			x.mu.Unlock()
+			ops.Go(func() {
+				defer func() {
+					<-sem
+					x.kick()
+				}()
+				x.dispatch(workCtx, g)
+			})
+		}
+	wait:
+		x.gauges(len(sem))
+		select {
+		case <-loopCtx.Done():
+			return
+		case <-x.wake:
+		}
+	}
+}
+
+func (x *destination) gauges(inFlight int) {
+	s := x.sched.Stats()
+	x.d.m.active.WithLabelValues(x.name).Set(float64(s.Active))
+	x.d.m.blocked.WithLabelValues(x.name).Set(float64(s.Blocked))
+	x.d.m.inFlight.WithLabelValues(x.name).Set(float64(inFlight))
+}
+
+// dispatch carries out one grant: read the tenant's next events (sequence
+// numbers only), take a slot and move the cursor in one transaction
+// (tenancy.Dispatch), publish the work item, and report to the scheduler.
+// A crash after the commit and before the publish leaves a batch lease that
+// nobody extends: it expires, becomes an orphan and is re-dispatched.
+func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
+	d := x.d
+	k := g.Key
+	if h := d.hooks.beforeDispatch; h != nil {
+		h(g)
+	}
+	x.mu.Lock()
+	ts := x.state(k.Tenant)
+	from, gen, bells := ts.cursor, ts.gen, ts.bells
+	x.mu.Unlock()
+	if from == 0 {
+		c, err := d.st.Cursor(ctx, k.Tenant, x.name)
+		if err != nil {
+			x.setAside(k, "cursor", err)
+			return
+		}
+		from = c
+	}
+	n := g.MaxEvents
+	if int64(n) > g.MaxCost {
+		n = int(max(g.MaxCost, 1))
+	}
+	b, err := d.rd.Next(ctx, k.Tenant, from, 0, work.ReadOptions{Max: n, NoData: true})
+	if err != nil {
+		x.setAside(k, "read", err)
+		return
+	}
+	if len(b.Msgs) == 0 {
+		x.finish(k, from, 0, 0, bells)
+		return
+	}
+	to := b.Msgs[len(b.Msgs)-1].Seq
+	lease, err := d.st.Dispatch(ctx, k.Tenant, x.name, d.cfg.Holder, from, to)
+	switch {
+	case errors.Is(err, tenancy.ErrAtLimit):
+		d.m.atLimit.WithLabelValues(x.name).Inc()
+		x.mu.Lock()
+		ts.granted = false
+		if ts.gen == gen { // no release since we looked: wait for one
+			ts.blocked = true
+			x.sched.SetBlocked(k, true)
+		}
+		_ = x.sched.Done(k, 0, 0)
+		x.mu.Unlock()
+		return
+	case errors.Is(err, tenancy.ErrCursorMoved):
+		d.m.moved.WithLabelValues(x.name).Inc()
+		c, cerr := d.st.Cursor(ctx, k.Tenant, x.name)
+		x.mu.Lock()
+		ts.granted = false
+		ts.cursor = 0
+		if cerr == nil {
+			ts.cursor = c
+		}
+		_ = x.sched.Done(k, 0, 0)
+		x.mu.Unlock()
+		return
+	case err != nil:
+		x.setAside(k, "dispatch", err)
+		return
+	}
+	if h := d.hooks.afterCommit; h != nil {
+		h(lease)
+	}
+	it := work.Item{
+		Tenant: k.Tenant, Dest: x.name, FromSeq: from, ToSeq: to, Count: len(b.Msgs),
+		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(),
+	}
+	if err := d.publish(ctx, it); err != nil {
+		d.log.Warn("work item not published; handing the batch back", "item", it.MsgID(), "err", err)
+		d.m.errors.WithLabelValues(x.name, "publish").Inc()
+		d.handBack(lease)
+	} else {
+		d.m.items.WithLabelValues(x.name).Inc()
+		d.m.events.WithLabelValues(x.name).Add(float64(len(b.Msgs)))
+		if t := b.Msgs[0].Time; !t.IsZero() {
+			d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(t).Seconds())
+		}
+	}
+	x.finish(k, to+1, len(b.Msgs), b.Pending, bells)
+}
+
+// finish reports a grant's outcome: n events dispatched, the cursor now at
+// next, pending events counted by the server after the read. Doorbell rings
+// that arrived after the read (bells moved on) are folded in under x.mu, so
+// an event stored after the read is never forgotten; rings from before the
+// read are already counted in pending.
+func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ts := x.state(k.Tenant)
+	ts.granted = false
+	ts.cursor = next
+	backlog := int64(pending)
+	if backlog == 0 && ts.bells != bells && ts.lastSeq >= next {
+		backlog = int64(ts.lastSeq - next + 1) // events arrived after the read: an upper bound
+	}
+	x.sched.SetBacklog(k, backlog+int64(n), ts.weight)
+	_ = x.sched.Done(k, int64(n), int64(n))
+}
+
+// setAside ends a grant that failed on an error: the tenant is blocked for
+// RetryDelay so a broken dependency cannot spin the loop.
+func (x *destination) setAside(k scheduler.Key, op string, err error) {
+	x.d.log.Warn("dispatch failed; retrying the tenant later", "tenant", k.Tenant, "dest", x.name, "op", op, "err", err)
+	x.d.m.errors.WithLabelValues(x.name, op).Inc()
+	x.mu.Lock()
+	ts := x.state(k.Tenant)
+	ts.granted = false
+	ts.blocked = true
+	x.sched.SetBlocked(k, true)
+	_ = x.sched.Done(k, 0, 0)
+	x.mu.Unlock()
+	time.AfterFunc(x.d.cfg.RetryDelay, func() { x.unblock(k.Tenant) })
+}
+
+// unblock handles a release of one of tenant's slots. It reports whether
+// an orphan of the tenant is waiting for a slot.
+func (x *destination) unblock(tenant string) (orphans bool) {
+	x.mu.Lock()
+	ts := x.tenants[tenant]
+	if ts == nil {
+		x.mu.Unlock()
+		return false
+	}
+	ts.gen++
+	if ts.blocked {
+		ts.blocked = false
+		x.sched.SetBlocked(x.key(tenant), false)
+	}
+	orphans, ts.orphans = ts.orphans, false
+	x.mu.Unlock()
+	x.kick()
+	return orphans
+}
+
+// unblockAll handles "notifications may have been lost".
+func (x *destination) unblockAll() {
+	x.mu.Lock()
+	for t, ts := range x.tenants {
+		ts.gen++
+		if ts.blocked {
+			ts.blocked = false
+			x.sched.SetBlocked(x.key(t), false)
+		}
+	}
+	x.mu.Unlock()
+	x.kick()
+}
+
+// bell records that tenant has an event at seq.
+func (x *destination) bell(tenant string, seq uint64) {
+	x.mu.Lock()
+	ts := x.state(tenant)
+	ts.bells++
+	if seq > ts.lastSeq {
+		ts.lastSeq = seq
+	}
+	if seq >= ts.cursor { // cursor 0 (unknown) counts too
+		x.sched.SetBacklog(x.key(tenant), int64(seq-max(ts.cursor, 1)+1), ts.weight)
+	}
+	x.mu.Unlock()
+	x.kick()
+}
+
+// seed applies a scan result: the tenant's cursor and weight from
+// PostgreSQL and its backlog as the server counted it. A tenant with a grant
+// outstanding keeps what its grant will report.
+func (x *destination) seed(tenant string, cursor uint64, weight int, backlog uint64, lastSeq uint64) {
+	x.mu.Lock()
+	ts := x.state(tenant)
+	ts.weight = max(weight, 1)
+	if lastSeq > ts.lastSeq {
+		ts.lastSeq = lastSeq
+	}
+	if !ts.granted {
+		ts.cursor = cursor
+		x.sched.SetBacklog(x.key(tenant), int64(backlog), ts.weight)
+	}
+	x.mu.Unlock()
+	if backlog > 0 {
+		x.kick()
+	}
+}
+
+// markOrphan notes that an orphan of tenant waits for a slot.
+func (x *destination) markOrphan(tenant string) {
+	x.mu.Lock()
+	x.state(tenant).orphans = true
+	x.mu.Unlock()
+}

@@ -1,0 +1,160 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// scan learns every tenant's backlog from the stream itself, without a
+// consumer per tenant: stream info with a subjects filter lists the
+// tenants that have events (one paged request), PostgreSQL gives every
+// cursor and weight of a destination (one query), and one batched direct
+// get per (tenant, destination), ScanParallelism at a time, counts the
+// events at or after the cursor (the reply's Nats-Num-Pending). It returns
+// the stream's last sequence before the scan began: the doorbell starts
+// right after it, so nothing stored during the scan is missed.
+//
+// Why not the direct get's multi_last on products.>: nats-server 2.15
+// answers it for at most 1,024 subjects (413 Too Many Results beyond), i.e.
+// about 500 tenants; the design is for 10,000.
+func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (uint64, error) {
+	start := time.Now()
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(events.SubjectWildcard))
+	if err != nil {
+		return 0, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
+	}
+	lastSeq := info.State.LastSeq
+	tenants := map[string]bool{}
+	for subj := range info.State.Subjects {
+		if t, ok := subjectTenant(subj); ok {
+			tenants[t] = true
+		}
+	}
+	type probe struct {
+		x      *destination
+		tenant string
+	}
+	var probes []probe
+	for t := range tenants {
+		for _, x := range d.destsOf(ctx, t, true) {
+			probes = append(probes, probe{x, t})
+		}
+	}
+	states := map[string]map[string]tenancy.PairState{}
+	for _, x := range d.allDests() {
+		ps, err := d.st.PairStates(ctx, x.name)
+		if err != nil {
+			return 0, fmt.Errorf("dispatch: scan: %w", err)
+		}
+		m := make(map[string]tenancy.PairState, len(ps))
+		for _, p := range ps {
+			m[p.Tenant] = p
+		}
+		states[x.name] = m
+	}
+	var (
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, d.cfg.ScanParallelism)
+		mu       sync.Mutex
+		firstErr error
+	)
+	for _, p := range probes {
+		ps, known := states[p.x.name][p.tenant]
+		cursor, weight := uint64(1), 1
+		if known {
+			cursor, weight = ps.NextSeq, ps.Weight
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			b, err := d.rd.Next(ctx, p.tenant, cursor, 0, work.ReadOptions{Max: 1, NoData: true})
+			if err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+				return
+			}
+			backlog, last := uint64(len(b.Msgs))+b.Pending, uint64(0)
+			if len(b.Msgs) > 0 {
+				last = b.Msgs[0].Seq
+			}
+			p.x.seed(p.tenant, cursor, weight, backlog, last)
+		})
+	}
+	wg.Wait()
+	d.m.scanSecond.Observe(time.Since(start).Seconds())
+	if firstErr != nil {
+		return 0, fmt.Errorf("dispatch: scan: %w", firstErr)
+	}
+	d.log.Debug("backlog scan done", "tenants", len(tenants), "probes", len(probes), "took", time.Since(start))
+	return lastSeq, nil
+}
+
+// startDoorbell starts the one consumer the dispatcher owns: an ordered,
+// headers-only, ephemeral consumer on products.> from after, whose every
+// message says "tenant has an event at this sequence". One per process,
+// whatever the number of tenants.
+func (d *Dispatcher) startDoorbell(ctx context.Context, after uint64) (jetstream.ConsumeContext, error) {
+	cons, err := d.js.OrderedConsumer(ctx, d.cfg.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.SubjectWildcard},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    after + 1,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: doorbell consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		tenant, ok := subjectTenant(m.Subject())
+		if !ok {
+			return
+		}
+		d.m.wakeups.WithLabelValues("doorbell").Inc()
+		for _, x := range d.destsOf(ctx, tenant, false) {
+			x.bell(tenant, md.Sequence.Stream)
+		}
+		if h := d.hooks.onBell; h != nil {
+			h(tenant, md.Sequence.Stream)
+		}
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		d.log.Debug("doorbell consumer", "err", err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: doorbell consume: %w", err)
+	}
+	return cc, nil
+}
+
+// pollLoop rescans every PollInterval: a fallback for whatever wake-ups
+// cannot see (a cursor moved back for replay, new weights or partners).
+func (d *Dispatcher) pollLoop(ctx context.Context, stream jetstream.Stream) {
+	t := time.NewTicker(d.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.m.wakeups.WithLabelValues("poll").Inc()
+		if _, err := d.scan(ctx, stream); err != nil && ctx.Err() == nil {
+			d.log.Warn("poll scan failed", "err", err)
+			d.m.errors.WithLabelValues("", "scan").Inc()
+		}
+		for _, x := range d.allDests() {
+			x.unblockAll()
+		}
+	}
+}

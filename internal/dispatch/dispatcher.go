@@ -1,0 +1,339 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// Deps are the Dispatcher's collaborators.
+type Deps struct {
+	// Store holds slots, cursors and weights. Required. Its LeaseTTL must
+	// cover the time from dispatch until a sink starts (and extends) the
+	// work: a lease that expires first is re-dispatched.
+	Store *tenancy.Store
+	// NATS is the connection to the JetStream that holds PRODUCTS and
+	// WORK. Required.
+	NATS *nats.Conn
+	// Registry receives the dispatcher's metrics. Default: a private
+	// registry nobody scrapes.
+	Registry prometheus.Registerer
+	// Logger. Default: discard.
+	Logger *slog.Logger
+	// Partners, when set, adds a "b2b:<partner>" destination for each of a
+	// tenant's partners. Optional.
+	Partners PartnerSource
+}
+
+// Dispatcher moves each tenant's events from PRODUCTS to WORK, fairly
+// across tenants and inside their slot limits. See the package doc.
+type Dispatcher struct {
+	cfg      *Config
+	st       *tenancy.Store
+	js       jetstream.JetStream
+	rd       *work.Reader
+	log      *slog.Logger
+	m        *metrics
+	partners PartnerSource
+	hooks    hooks
+
+	mu          sync.Mutex
+	dests       map[string]*destination
+	tenantDests map[string][]string // tenant -> its destinations (static + partners)
+	running     bool
+	loopCtx     context.Context // ends when Run's ctx ends: stop granting
+	workCtx     context.Context // ends ShutdownGrace later: abandon in-flight work
+	loops       sync.WaitGroup
+
+	recoverKick chan struct{}
+}
+
+// hooks let tests stop the dispatcher at exact points. All optional.
+type hooks struct {
+	beforeDispatch func(scheduler.Grant)           // a grant is about to be read
+	afterCommit    func(tenancy.Lease)             // Dispatch committed; the item is not published yet
+	onBell         func(tenant string, seq uint64) // the doorbell rang for tenant
+}
+
+// New returns a Dispatcher. It does nothing until Run.
+func New(deps Deps, cfg *Config) (*Dispatcher, error) {
+	c := cfg.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if deps.Store == nil || deps.NATS == nil {
+		return nil, fmt.Errorf("%w: Store and NATS are required", ErrInvalidConfig)
+	}
+	js, err := jetstream.New(deps.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: jetstream: %w", err)
+	}
+	reg := deps.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: metrics: %w", err)
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Dispatcher{
+		cfg: c, st: deps.Store, js: js, rd: work.NewReader(deps.NATS, c.Stream), log: log, m: m,
+		partners:    deps.Partners,
+		dests:       map[string]*destination{},
+		tenantDests: map[string][]string{},
+		recoverKick: make(chan struct{}, 1),
+	}
+	for _, name := range c.Dests {
+		if _, err := d.destination(name); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Run dispatches until ctx ends, then shuts down in two phases: it stops
+// taking grants, gives batches in flight up to Config.ShutdownGrace to be
+// published, and hands back (tenancy.ReturnBatches) any batch whose work
+// item was not published. It returns nil after a clean shutdown, or the
+// error that stopped it from starting.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	releases, err := d.st.Listen(ctx)
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	stream, err := d.js.Stream(ctx, d.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("dispatch: stream %s: %w", d.cfg.Stream, err)
+	}
+	lastSeq, err := d.scan(ctx, stream)
+	if err != nil {
+		return err
+	}
+	bell, err := d.startDoorbell(ctx, lastSeq)
+	if err != nil {
+		return err
+	}
+	defer bell.Stop()
+
+	d.mu.Lock()
+	d.running, d.loopCtx, d.workCtx = true, ctx, workCtx
+	for _, x := range d.dests {
+		d.startLoop(x)
+	}
+	d.mu.Unlock()
+
+	var aux sync.WaitGroup
+	aux.Go(func() { d.routeReleases(ctx, releases) })
+	aux.Go(func() { d.recoverLoop(ctx, workCtx) })
+	aux.Go(func() { d.pollLoop(ctx, stream) })
+	d.log.Info("dispatcher running", "holder", d.cfg.Holder, "dests", d.destNames(), "from_seq", lastSeq+1)
+
+	<-ctx.Done()
+	bell.Stop()
+	grace := time.AfterFunc(d.cfg.ShutdownGrace, cancelWork)
+	defer grace.Stop()
+	d.loops.Wait()
+	aux.Wait()
+	d.log.Info("dispatcher stopped", "holder", d.cfg.Holder)
+	return nil
+}
+
+// startLoop runs x's loop; d.mu must be held and d.running true.
+func (d *Dispatcher) startLoop(x *destination) {
+	if x.started {
+		return
+	}
+	x.started = true
+	d.loops.Go(func() { x.run(d.loopCtx, d.workCtx) })
+}
+
+// destination returns the destination named name, creating it (and
+// starting its loop when running) on first use.
+func (d *Dispatcher) destination(name string) (*destination, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if x := d.dests[name]; x != nil {
+		return x, nil
+	}
+	if err := tenancy.ValidDest(name); err != nil {
+		return nil, err
+	}
+	sched, err := scheduler.New(scheduler.Config{
+		Quantum: d.cfg.Quantum, MaxBatch: d.cfg.BatchSize, Dampening: d.cfg.Dampening[name], Clock: d.cfg.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: destination %s: %v", ErrInvalidConfig, name, err)
+	}
+	x := newDestination(d, name, sched)
+	d.dests[name] = x
+	if d.running && d.loopCtx.Err() == nil {
+		d.startLoop(x)
+	}
+	return x, nil
+}
+
+func (d *Dispatcher) destNames() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(maps.Keys(d.dests))
+}
+
+func (d *Dispatcher) allDests() []*destination {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Collect(maps.Values(d.dests))
+}
+
+// destsOf returns tenant's destinations: the static ones plus one per
+// partner. Partners are looked up once per tenant and again at each poll
+// (refresh true).
+func (d *Dispatcher) destsOf(ctx context.Context, tenant string, refresh bool) []*destination {
+	d.mu.Lock()
+	names, ok := d.tenantDests[tenant]
+	d.mu.Unlock()
+	if !ok || refresh {
+		names = d.cfg.Dests
+		if d.partners != nil {
+			ps, err := d.partners.Partners(ctx, tenant)
+			if err != nil {
+				d.log.Warn("partners lookup failed; using the static destinations", "tenant", tenant, "err", err)
+				d.m.errors.WithLabelValues("", "partners").Inc()
+			}
+			for _, p := range ps {
+				name := tenancy.DestB2BPrefix + p
+				if !slices.Contains(names, name) {
+					names = append(slices.Clip(names), name)
+				}
+			}
+		}
+		d.mu.Lock()
+		d.tenantDests[tenant] = names
+		d.mu.Unlock()
+	}
+	out := make([]*destination, 0, len(names))
+	for _, n := range names {
+		x, err := d.destination(n)
+		if err != nil {
+			d.log.Warn("skipping invalid destination", "tenant", tenant, "dest", n, "err", err)
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// routeReleases turns slot releases into wake-ups of the blocked tenant.
+func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Released) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r, ok := <-ch:
+			if !ok {
+				return
+			}
+			if r.Tenant == "" {
+				d.m.wakeups.WithLabelValues("rescan").Inc()
+				for _, x := range d.allDests() {
+					x.unblockAll()
+				}
+				d.kickRecovery()
+				continue
+			}
+			d.mu.Lock()
+			x := d.dests[r.Dest]
+			d.mu.Unlock()
+			if x == nil {
+				continue
+			}
+			d.m.wakeups.WithLabelValues("release").Inc()
+			if x.unblock(r.Tenant) {
+				d.kickRecovery()
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) kickRecovery() {
+	select {
+	case d.recoverKick <- struct{}{}:
+	default:
+	}
+}
+
+// publish hands it to WORK, retrying transient failures (same Msg-Id, so a
+// retry of a publish that did land is a duplicate) until PublishTimeout.
+func (d *Dispatcher) publish(ctx context.Context, it work.Item) error {
+	msg, err := it.Msg()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
+	defer cancel()
+	backoff := 20 * time.Millisecond
+	for {
+		_, err := d.js.PublishMsg(ctx, msg)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
+		}
+		d.log.Warn("publish work item failed; retrying", "item", it.MsgID(), "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// handBack returns unpublished batches so they are re-dispatched now
+// rather than after their lease expires. It runs on its own short context:
+// it matters most during shutdown.
+func (d *Dispatcher) handBack(l tenancy.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := d.st.ReturnBatches(ctx, []tenancy.Lease{l})
+	if err != nil {
+		d.log.Warn("hand back failed; the batch is re-dispatched when its lease expires", "lease", l.ID, "err", err)
+		d.m.errors.WithLabelValues(l.Dest, "return").Inc()
+		return
+	}
+	d.m.returned.WithLabelValues(l.Dest).Add(float64(n))
+	d.kickRecovery()
+}
+
+func isStale(err error) bool { return errors.Is(err, tenancy.ErrStaleLease) }
+
+func subjectTenant(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, "products.")
+	if !ok {
+		return "", false
+	}
+	tenant, _, ok := strings.Cut(rest, ".")
+	return tenant, ok && tenant != ""
+}

@@ -1,0 +1,234 @@
+package dispatch_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+const pg = tenancy.DestPostgres
+
+// With every tenant backlogged and the dispatcher the bottleneck
+// (Concurrency 1), the first 50 dispatches split 25/15/10 batches between
+// weights 5/3/2: five whole rounds, counted in dispatches, not time.
+func TestWeightedShares(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	weights := map[string]int{"a": 5, "b": 3, "c": 2}
+	for id, w := range weights {
+		e.tenant(id, w, 100, pg)
+		e.publish(id, 3000)
+	}
+	const batch, dispatches = 50, 50
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, Concurrency: 1}, nil)
+	e.waitFor("50 work items", func() bool { return e.workLastSeq() >= dispatches })
+	got := map[string]int{}
+	for _, it := range e.workItems(1, dispatches) {
+		got[it.Tenant] += it.Count
+	}
+	for id, w := range weights {
+		if want := w * 5 * batch; got[id] != want {
+			t.Errorf("tenant %s (weight %d): %d events in the first %d dispatches, want %d", id, w, got[id], dispatches, want)
+		}
+	}
+}
+
+// A tenant arriving with one event behind another's 200k backlog is
+// dispatched before that tenant's next ⌈weight⌉ batches.
+func TestLateArrival(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	const weightA = 3
+	e.tenant("a", weightA, 1000, pg)
+	e.tenant("b", 1, 1, pg)
+	e.publish("a", 200_000)
+
+	var grantsA atomic.Int32
+	paused, gate := make(chan struct{}), make(chan struct{})
+	bellB := make(chan struct{}, 1)
+	e.start(&dispatch.Config{Dests: []string{pg}, Concurrency: 1}, func(d *dispatch.Dispatcher) {
+		d.SetBeforeDispatch(func(g scheduler.Grant) {
+			if g.Key.Tenant == "a" && grantsA.Add(1) == 5 {
+				close(paused)
+				<-gate
+			}
+		})
+		d.SetOnBell(func(tenant string, _ uint64) {
+			if tenant == "b" {
+				select {
+				case bellB <- struct{}{}:
+				default:
+				}
+			}
+		})
+	})
+	<-paused // the loop holds a grant of a's, mid-round
+	before := e.workLastSeq()
+	e.publish("b", 1)
+	<-bellB // the dispatcher knows b has an event
+	close(gate)
+
+	var itemsA int
+	e.waitFor("b's work item", func() bool {
+		last := e.workLastSeq()
+		if last <= before {
+			return false
+		}
+		itemsA = 0
+		for _, it := range e.workItems(before+1, last) {
+			if it.Tenant == "b" {
+				return true
+			}
+			itemsA++
+		}
+		return false
+	})
+	if itemsA > weightA {
+		t.Fatalf("a got %d batches after b arrived and before b's one event; want at most ⌈weight⌉ = %d", itemsA, weightA)
+	}
+	t.Logf("a dispatched %d batches between b's arrival and b's dispatch (bound %d)", itemsA, weightA)
+}
+
+// A lone tenant with limit 4 gets exactly 4 slots busy, never a 5th, and a
+// release refills at once (work conserving, Limit).
+func TestWorkConserving(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	e.tenant("solo", 1, 4, pg)
+	seqs := e.publish("solo", 80)
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 10}, nil)
+
+	inUse := func() int {
+		n, err := e.st.InUse(e.ctx, "solo", pg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	e.waitFor("4 work items", func() bool { return e.workLastSeq() >= 4 })
+	if n := inUse(); n != 4 {
+		t.Fatalf("in use %d, want 4", n)
+	}
+	// Releasing one slot refills it: one more item, never more than 4 held.
+	// (A 5th item before a release would make the sequence below fail.)
+	for want := uint64(5); want <= 8; want++ {
+		items := e.workItems(want-4, want-4)
+		if err := e.st.Release(e.ctx, items[0].LeaseID, items[0].Token); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("a refill", func() bool { return e.workLastSeq() >= want })
+		if last := e.workLastSeq(); last != want {
+			t.Fatalf("%d work items after %d releases, want %d", last, want-4, want)
+		}
+		if n := inUse(); n != 4 {
+			t.Fatalf("in use %d after a refill, want 4", n)
+		}
+	}
+	checkExactlyOnce(t, e.workItems(1, 8), map[string][]uint64{"solo": seqs}, false)
+}
+
+// Several tenants with different limits, fake sinks holding work a while:
+// an observer never sees more live leases than a tenant's limit, sinks never
+// hold more items of one tenant at once than its limit, and every sequence
+// is dispatched exactly once.
+func TestSlotLimitEndToEnd(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	limits := map[string]int{"t1": 1, "t2": 2, "t3": 3, "t4": 2}
+	seqs := map[string][]uint64{}
+	sinkLimits := map[string]int{}
+	for id, lim := range limits {
+		e.tenant(id, 1, lim, pg)
+		sinkLimits[id+"/"+pg] = lim
+	}
+	for id := range limits {
+		seqs[id] = e.publish(id, 1500)
+	}
+	var holdN atomic.Int64
+	s := e.startSink(pg, 8, sinkLimits, func() time.Duration {
+		return time.Duration(holdN.Add(1)%4) * time.Millisecond
+	})
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 25}, nil)
+
+	var samples, violations int
+	e.waitFor("all events dispatched and applied", func() bool {
+		rows, err := e.pool.Query(e.ctx, `SELECT s.tenant, count(*) FILTER (WHERE s.expires_at >= now()), l.max_slots
+			FROM fairway.slots s JOIN fairway.limits l USING (tenant, dest) GROUP BY s.tenant, l.max_slots`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var tenant string
+			var live, max int
+			if err := rows.Scan(&tenant, &live, &max); err != nil {
+				t.Fatal(err)
+			}
+			samples++
+			if live > max {
+				violations++
+				t.Errorf("%s: %d live leases, limit %d", tenant, live, max)
+			}
+		}
+		rows.Close()
+		for id := range limits {
+			if s.events(id) < 1500 {
+				return false
+			}
+		}
+		return true
+	})
+	s.mu.Lock()
+	for _, msg := range s.errs {
+		t.Error(msg)
+	}
+	peaks := s.peak
+	s.mu.Unlock()
+	checkExactlyOnce(t, s.snapshot(), seqs, false)
+	t.Logf("%d observer samples, %d violations; sink peaks %v", samples, violations, peaks)
+}
+
+// A batch whose work item could not be published (here: a publish timeout
+// too short to succeed, the same path a shutdown whose grace ran out takes)
+// is handed back at once, and a new dispatcher re-dispatches it without
+// waiting for the lease (1 hour) to expire.
+func TestUnpublishedBatchIsHandedBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Hour) // recovery must not wait for expiry
+	e.tenant("acme", 1, 2, pg)
+	seqs := e.publish("acme", 20)
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc},
+		&dispatch.Config{Dests: []string{pg}, BatchSize: 10, PublishTimeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once atomic.Bool
+	d.SetAfterCommit(func(tenancy.Lease) {
+		if once.CompareAndSwap(false, true) {
+			cancel() // shut down: this batch is the last one in flight
+		}
+	})
+	if err := d.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	orphans, err := e.st.Orphans(e.ctx, pg, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orphans) == 0 {
+		t.Fatal("the unpublished batch was not handed back")
+	}
+	if n, _ := e.st.InUse(e.ctx, "acme", pg); n != 0 {
+		t.Fatalf("%d slots still held after the hand-back", n)
+	}
+	s := e.startSink(pg, 2, nil, func() time.Duration { return 0 })
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 10, RecoverInterval: time.Hour}, nil)
+	e.waitFor("all 20 events", func() bool { return s.events("acme") >= 20 })
+	checkExactlyOnce(t, s.snapshot(), map[string][]uint64{"acme": seqs}, false)
+}

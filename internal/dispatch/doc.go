@@ -1,0 +1,49 @@
+// Package dispatch is fairway's dispatcher: it moves each tenant's events
+// from stream PRODUCTS to stream WORK, fairly across tenants and only inside
+// the slot limits kept by pkg/tenancy. cmd/dispatcher runs it; the sinks
+// consume what it publishes. docs/dispatcher.md is the operator's view.
+//
+// # One loop per destination
+//
+// Every destination (postgres, clickhouse, b2b:<partner>) has its own
+// scheduler (weighted deficit round robin, internal/dispatch/scheduler) and
+// its own loop, so a slow destination never delays another. A loop takes
+// grants while fewer than Config.Concurrency batches are in flight; for a
+// grant it
+//
+//  1. reads up to the grant's size of the tenant's sequence numbers from
+//     its cursor with one batched direct get (internal/work Reader),
+//  2. calls tenancy.Dispatch: take a slot, check the cursor, log the batch
+//     on the lease, advance the cursor — one transaction,
+//  3. publishes the work item (work.<dest>.<tenant>, Nats-Msg-Id with the
+//     lease token; retries are duplicates JetStream drops),
+//  4. tells the scheduler what it dispatched and what the server says is
+//     still pending.
+//
+// ErrAtLimit blocks the tenant in the scheduler (it costs nothing and keeps
+// its place) until a release wake-up (tenancy.Listen) unblocks it;
+// ErrCursorMoved means another dispatcher won the range (no leader: the
+// cursor check decides), and the tenant's cursor is reloaded.
+//
+// # Backlog discovery without per-tenant JetStream objects
+//
+// At start the dispatcher scans (stream info with a subjects filter for the
+// tenants, PostgreSQL for cursors and weights, one direct get per tenant
+// and destination for the exact pending count) and then follows one
+// headers-only ordered consumer on products.> — the doorbell — from the
+// sequence the scan started at. JetStream state is one ephemeral consumer
+// per dispatcher process. The scan repeats every PollInterval as a fallback.
+//
+// # Crash safety
+//
+// The commit (2) precedes the publish (3). A crash between them leaves a
+// lease with a recorded batch that nobody extends. When it expires and
+// anything ends it — Sweep, an acquisition reclaiming the slot, a late
+// release — PostgreSQL records the batch as an orphan in the same statement
+// (migration 00005). The recovery loop re-dispatches each orphan under a new
+// lease (tenancy.Redispatch: new token, so a new Nats-Msg-Id), within the
+// slot limit and exactly once across dispatchers. Shutdown hands unpublished
+// batches back at once (tenancy.ReturnBatches). A sink that dies mid-batch
+// is covered the same way. Nothing is skipped; a range may be applied twice,
+// which idempotent sinks absorb.
+package dispatch

@@ -1,0 +1,62 @@
+package dispatch
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the dispatcher's Prometheus series. No tenant labels: tenant
+// counts are unbounded.
+type metrics struct {
+	items      *prometheus.CounterVec   // dest
+	events     *prometheus.CounterVec   // dest
+	latency    *prometheus.HistogramVec // dest: oldest event's store time -> work item acked
+	active     *prometheus.GaugeVec     // dest
+	blocked    *prometheus.GaugeVec     // dest
+	inFlight   *prometheus.GaugeVec     // dest
+	wakeups    *prometheus.CounterVec   // source: doorbell, release, rescan, poll
+	atLimit    *prometheus.CounterVec   // dest
+	moved      *prometheus.CounterVec   // dest: lost a cursor race to another dispatcher
+	recovered  *prometheus.CounterVec   // dest: orphans re-dispatched
+	returned   *prometheus.CounterVec   // dest: batches handed back unpublished
+	errors     *prometheus.CounterVec   // dest, op
+	scanSecond prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "fairway", "dispatcher"
+	m := &metrics{
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "items_total", Help: "Work items handed to stream WORK, by destination."}, []string{"dest"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "events_total", Help: "Events covered by dispatched work items, by destination."}, []string{"dest"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name:    "dispatch_latency_seconds",
+			Help:    "From when PRODUCTS stored a batch's oldest event to when its work item was acknowledged.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"dest"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "scheduler_active", Help: "Tenants with backlog waiting their turn."}, []string{"dest"}),
+		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "scheduler_blocked", Help: "Tenants skipped at their slot limit."}, []string{"dest"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "in_flight", Help: "Batches being dispatched right now."}, []string{"dest"}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), release (a slot freed), rescan (listener reconnected), poll."}, []string{"source"}),
+		atLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "at_limit_total", Help: "Dispatch attempts that found the tenant at its slot limit."}, []string{"dest"}),
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cursor_moved_total", Help: "Dispatch attempts another dispatcher won."}, []string{"dest"}),
+		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "recovered_total", Help: "Orphaned batches re-dispatched under a new lease."}, []string{"dest"}),
+		returned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "returned_total", Help: "Dispatched batches handed back unpublished (shutdown, publish failure)."}, []string{"dest"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "errors_total", Help: "Errors by destination and operation."}, []string{"dest", "op"}),
+		scanSecond: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "scan_seconds", Help: "Duration of a full backlog scan.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
+	}
+	for _, c := range []prometheus.Collector{m.items, m.events, m.latency, m.active, m.blocked, m.inFlight,
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.scanSecond} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

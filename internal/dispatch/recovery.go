@@ -1,0 +1,127 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// recoverBatch is how many orphans of one destination a recovery pass
+// takes on.
+const recoverBatch = 256
+
+// recoverLoop re-dispatches orphaned batches every RecoverInterval and
+// whenever a slot of a tenant with a waiting orphan is released. A pass
+// first sweeps expired leases, which records the expired batch leases as
+// orphans (trigger slots_keep_orphan), then re-leases each orphan under a
+// new token and publishes a work item for the same range.
+func (d *Dispatcher) recoverLoop(ctx, workCtx context.Context) {
+	t := time.NewTicker(d.cfg.RecoverInterval)
+	defer t.Stop()
+	for {
+		d.recoverOnce(workCtx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.recoverKick:
+		}
+	}
+}
+
+// recoverOnce runs one recovery pass and returns how many orphans it
+// re-dispatched.
+func (d *Dispatcher) recoverOnce(ctx context.Context) int {
+	if _, err := d.st.Sweep(ctx); err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("sweep failed", "err", err)
+			d.m.errors.WithLabelValues("", "sweep").Inc()
+		}
+		return 0
+	}
+	done := 0
+	for _, x := range d.allDests() {
+		os, err := d.st.Orphans(ctx, x.name, recoverBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("list orphans failed", "dest", x.name, "err", err)
+				d.m.errors.WithLabelValues(x.name, "orphans").Inc()
+			}
+			continue
+		}
+		for _, o := range os {
+			if ctx.Err() != nil {
+				return done
+			}
+			if d.redispatch(ctx, x, o) {
+				done++
+			}
+		}
+	}
+	return done
+}
+
+func (d *Dispatcher) redispatch(ctx context.Context, x *destination, o tenancy.Orphan) bool {
+	lease, err := d.st.Redispatch(ctx, o, d.cfg.Holder)
+	switch {
+	case errors.Is(err, tenancy.ErrAtLimit):
+		x.markOrphan(o.Tenant) // retried when one of its slots is released
+		return false
+	case isStale(err):
+		return false // another dispatcher took it
+	case err != nil:
+		d.log.Warn("redispatch failed", "tenant", o.Tenant, "dest", o.Dest, "err", err)
+		d.m.errors.WithLabelValues(x.name, "redispatch").Inc()
+		return false
+	}
+	n, err := d.countRange(ctx, o.Tenant, lease.FromSeq, lease.ToSeq)
+	if err != nil {
+		d.log.Warn("redispatch: reading the range failed; handing it back", "lease", lease.ID, "err", err)
+		d.handBack(lease)
+		return false
+	}
+	if n == 0 {
+		// The stream no longer holds the range (MaxAge, MaxBytes): there
+		// is nothing to apply. Loud, because it is a loss the sink never saw.
+		d.log.Error("orphaned range is gone from the stream; nothing to re-dispatch",
+			"tenant", o.Tenant, "dest", o.Dest, "from", lease.FromSeq, "to", lease.ToSeq)
+		d.m.errors.WithLabelValues(x.name, "range_gone").Inc()
+		_ = d.st.Release(ctx, lease.ID, lease.Token)
+		return false
+	}
+	it := work.Item{
+		Tenant: o.Tenant, Dest: o.Dest, FromSeq: lease.FromSeq, ToSeq: lease.ToSeq, Count: n,
+		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(),
+	}
+	if err := d.publish(ctx, it); err != nil {
+		d.m.errors.WithLabelValues(x.name, "publish").Inc()
+		d.handBack(lease)
+		return false
+	}
+	d.log.Info("re-dispatched an orphaned batch", "tenant", o.Tenant, "dest", o.Dest,
+		"from", lease.FromSeq, "to", lease.ToSeq, "old_holder", o.Holder, "lease", lease.ID)
+	d.m.recovered.WithLabelValues(x.name).Inc()
+	d.m.items.WithLabelValues(x.name).Inc()
+	d.m.events.WithLabelValues(x.name).Add(float64(n))
+	return true
+}
+
+// countRange counts tenant's events in from..to.
+func (d *Dispatcher) countRange(ctx context.Context, tenant string, from, to uint64) (int, error) {
+	n := 0
+	for from <= to {
+		b, err := d.rd.Next(ctx, tenant, from, to, work.ReadOptions{Max: 1000, NoData: true})
+		if err != nil {
+			return n, err
+		}
+		if len(b.Msgs) == 0 {
+			break
+		}
+		n += len(b.Msgs)
+		from = b.Msgs[len(b.Msgs)-1].Seq + 1
+	}
+	return n, nil
+}

@@ -1,0 +1,370 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// productN makes every published event unique (the publisher deduplicates
+// on tenant, product and version).
+var productN atomic.Int64
+
+type env struct {
+	t    *testing.T
+	ctx  context.Context
+	dsn  string
+	pool *pgxpool.Pool
+	st   *tenancy.Store
+	nc   *nats.Conn
+	url  string
+	js   jetstream.JetStream
+	pub  *events.Publisher
+}
+
+func setup(t *testing.T, ttl time.Duration) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	dsn := testenv.NewDatabase(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := tenancy.New(pool, &tenancy.Config{LeaseTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := events.NewPublisher(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: ctx, dsn: dsn, pool: pool, st: st, nc: nc, url: srv.ClientURL(), js: js, pub: pub}
+}
+
+// tenant creates a tenant with a weight and a limit in dests.
+func (e *env) tenant(id string, weight, limit int, dests ...string) {
+	e.t.Helper()
+	if _, err := e.st.EnsureTenant(e.ctx, id); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.st.SetWeight(e.ctx, id, weight); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, d := range dests {
+		if err := e.st.SetLimit(e.ctx, id, d, limit); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// publish stores n events of tenant and returns their sequences.
+func (e *env) publish(tenant string, n int) []uint64 {
+	e.t.Helper()
+	seqs := make([]uint64, 0, n)
+	const chunk = 5000
+	for off := 0; off < n; off += chunk {
+		evs := make([]events.Event, 0, chunk)
+		for i := off; i < min(n, off+chunk); i++ {
+			evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprintf("p%d", productN.Add(1)), Version: 1,
+				Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: []byte(`{}`)})
+		}
+		for _, r := range e.pub.Publish(e.ctx, evs) {
+			if r.Err != nil {
+				e.t.Fatalf("publish: %v", r.Err)
+			}
+			seqs = append(seqs, r.Seq)
+		}
+	}
+	return seqs
+}
+
+// start runs a dispatcher until the test ends.
+func (e *env) start(cfg *dispatch.Config, prepare func(*dispatch.Dispatcher)) *dispatch.Dispatcher {
+	e.t.Helper()
+	d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc}, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if prepare != nil {
+		prepare(d)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("run: %v", err)
+		}
+	})
+	return d
+}
+
+// workCount is the number of messages stream WORK has stored so far.
+func (e *env) workLastSeq() uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, work.StreamName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// waitFor polls cond (a condition on real servers, not a clock) until it
+// holds or the test's deadline passes.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	for !cond() {
+		select {
+		case <-e.ctx.Done():
+			e.dump()
+			e.t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// workItems reads WORK messages first..last (not consumed: no sink runs).
+func (e *env) workItems(first, last uint64) []work.Item {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, work.StreamName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []work.Item
+	for seq := first; seq <= last; seq++ {
+		m, err := s.GetMsg(e.ctx, seq)
+		if err != nil {
+			e.t.Fatalf("get WORK %d: %v", seq, err)
+		}
+		it, err := work.Decode(m.Data)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+// sink is a fake destination: workers consume WORK, hold each item for
+// hold(), release the lease and ack. It records every item and checks that
+// no tenant ever has more items held at once than its limit.
+type sink struct {
+	e      *env
+	mu     sync.Mutex
+	items  []work.Item
+	held   map[string]int // tenant/dest -> items held now
+	peak   map[string]int
+	limits map[string]int // tenant/dest -> limit
+	errs   []string
+}
+
+func (e *env) startSink(dest string, workers int, limits map[string]int, hold func() time.Duration) *sink {
+	e.t.Helper()
+	s := &sink{e: e, held: map[string]int{}, peak: map[string]int{}, limits: limits}
+	cons, err := e.js.CreateOrUpdateConsumer(e.ctx, work.StreamName, jetstream.ConsumerConfig{
+		Durable: "sink-" + sanitize(dest), FilterSubject: work.FilterSubject(dest),
+		AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 10_000, AckWait: time.Minute,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				batch, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+				if err != nil {
+					continue
+				}
+				for m := range batch.Messages() {
+					s.apply(ctx, m, hold)
+				}
+			}
+		})
+	}
+	e.t.Cleanup(func() { cancel(); wg.Wait() })
+	return s
+}
+
+func sanitize(d string) string {
+	out := []byte(d)
+	for i, c := range out {
+		if c == ':' {
+			out[i] = '_'
+		}
+	}
+	return string(out)
+}
+
+func (s *sink) apply(ctx context.Context, m jetstream.Msg, hold func() time.Duration) {
+	it, err := work.Decode(m.Data())
+	if err != nil {
+		s.fail("decode: %v", err)
+		_ = m.Term()
+		return
+	}
+	k := it.Tenant + "/" + it.Dest
+	s.mu.Lock()
+	s.items = append(s.items, it)
+	s.held[k]++
+	if s.held[k] > s.peak[k] {
+		s.peak[k] = s.held[k]
+	}
+	if lim, ok := s.limits[k]; ok && s.held[k] > lim {
+		s.errs = append(s.errs, fmt.Sprintf("%s: %d items held at once, limit %d", k, s.held[k], lim))
+	}
+	s.mu.Unlock()
+	if d := hold(); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	s.mu.Lock()
+	s.held[k]--
+	s.mu.Unlock()
+	// Release before ack; ErrStaleLease means someone re-dispatched it.
+	if err := s.e.st.Release(context.WithoutCancel(ctx), it.LeaseID, it.Token); err != nil && !isStale(err) {
+		s.fail("release %s: %v", it.LeaseID, err)
+	}
+	_ = m.Ack()
+}
+
+func (s *sink) fail(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.errs = append(s.errs, fmt.Sprintf(format, args...))
+}
+
+func (s *sink) snapshot() []work.Item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]work.Item(nil), s.items...)
+}
+
+// covered counts the events the sink's items cover per tenant.
+func (s *sink) events(tenant string) int {
+	n := 0
+	for _, it := range s.snapshot() {
+		if it.Tenant == tenant {
+			n += it.Count
+		}
+	}
+	return n
+}
+
+// checkExactlyOnce checks that items cover each tenant's sequences exactly
+// once, except re-dispatches of an identical range under a new token
+// (allowDup), and returns how many such re-dispatches there were.
+func checkExactlyOnce(t *testing.T, items []work.Item, seqs map[string][]uint64, allowDup bool) int {
+	t.Helper()
+	type rng struct {
+		from, to uint64
+		count    int
+	}
+	byTenant := map[string][]rng{}
+	seen := map[string]bool{}
+	dups := 0
+	for _, it := range items {
+		id := fmt.Sprintf("%s/%s/%d-%d", it.Tenant, it.Dest, it.FromSeq, it.ToSeq)
+		if seen[id] {
+			if !allowDup {
+				t.Errorf("range %s dispatched twice", id)
+			}
+			dups++
+			continue
+		}
+		seen[id] = true
+		byTenant[it.Tenant+"/"+it.Dest] = append(byTenant[it.Tenant+"/"+it.Dest], rng{it.FromSeq, it.ToSeq, it.Count})
+	}
+	for key, rs := range byTenant {
+		tenant := key[:len(key)-len("/postgres")]
+		sort.Slice(rs, func(i, j int) bool { return rs[i].from < rs[j].from })
+		want := seqs[tenant]
+		i := 0
+		for _, r := range rs {
+			for ; i < len(want) && want[i] < r.from; i++ {
+				t.Errorf("%s: sequence %d never dispatched (next range %d..%d)", key, want[i], r.from, r.to)
+			}
+			n := 0
+			for ; i < len(want) && want[i] <= r.to; i++ {
+				n++
+			}
+			if n != r.count {
+				t.Errorf("%s: range %d..%d says %d events, holds %d (overlap?)", key, r.from, r.to, r.count, n)
+			}
+		}
+		if i != len(want) {
+			t.Errorf("%s: %d of %d sequences never dispatched", key, len(want)-i, len(want))
+		}
+	}
+	for tenant := range seqs {
+		if _, ok := byTenant[tenant+"/postgres"]; !ok {
+			t.Errorf("%s: nothing dispatched", tenant)
+		}
+	}
+	return dups
+}
+
+func isStale(err error) bool { return err != nil && errorsIs(err, tenancy.ErrStaleLease) }
+
+var errorsIs = errors.Is
+
+// dump logs cursors, live leases and orphans, for a test that timed out.
+func (e *env) dump() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := e.pool.Query(ctx, `SELECT c.tenant, c.dest, c.next_seq,
+			(SELECT count(*) FROM fairway.slots s WHERE s.tenant = c.tenant AND s.dest = c.dest AND s.expires_at >= now()),
+			(SELECT count(*) FROM fairway.orphans o WHERE o.tenant = c.tenant AND o.dest = c.dest)
+		FROM fairway.cursors c ORDER BY 1, 2`)
+	if err != nil {
+		e.t.Logf("dump: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t, d string
+		var next, live, orphans int64
+		_ = rows.Scan(&t, &d, &next, &live, &orphans)
+		e.t.Logf("dump: %s/%s cursor %d live leases %d orphans %d", t, d, next, live, orphans)
+	}
+}

@@ -1,0 +1,235 @@
+package tenancy_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+const recoverTTL = 200 * time.Millisecond
+
+// waitExpired waits until the database clock has passed l's expiry.
+func waitExpired(ctx context.Context, t *testing.T, pool *pgxpool.Pool, l tenancy.Lease) {
+	t.Helper()
+	for dbClock(ctx, t, pool).Before(l.ExpiresAt.Add(time.Millisecond)) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("lease did not expire")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func orphansOf(ctx context.Context, t *testing.T, st *tenancy.Store) []tenancy.Orphan {
+	t.Helper()
+	os, err := st.Orphans(ctx, tenancy.DestPostgres, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os
+}
+
+// Every way an expired batch lease can end records its batch as an orphan;
+// a live release, or an extension back to life, does not.
+func TestOrphanRecordedWhateverEndsTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	const pg = tenancy.DestPostgres
+	cases := map[string]struct {
+		end        func(st *tenancy.Store, l tenancy.Lease) error
+		wantOrphan bool
+	}{
+		"sweep": {func(st *tenancy.Store, _ tenancy.Lease) error { _, err := st.Sweep(ctx); return err }, true},
+		"dispatch reclaims": {func(st *tenancy.Store, l tenancy.Lease) error {
+			_, err := st.Dispatch(ctx, l.Tenant, pg, "other", l.ToSeq+1, l.ToSeq+5)
+			return err
+		}, true},
+		"acquire reclaims": {func(st *tenancy.Store, l tenancy.Lease) error {
+			_, err := st.Acquire(ctx, l.Tenant, pg, "other")
+			return err
+		}, true},
+		"late release": {func(st *tenancy.Store, l tenancy.Lease) error { return st.Release(ctx, l.ID, l.Token) }, true},
+		"extend then release": {func(st *tenancy.Store, l tenancy.Lease) error {
+			if _, err := st.Extend(ctx, l); err != nil {
+				return err
+			}
+			return st.Release(ctx, l.ID, l.Token)
+		}, false},
+	}
+	st, pool, _ := setup(t, &tenancy.Config{LeaseTTL: recoverTTL})
+	i := 0
+	for name, tc := range cases {
+		i++
+		tenant := tenantName(i)
+		l, err := st.Dispatch(ctx, tenant, pg, "dead", 1, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitExpired(ctx, t, pool, l)
+		if err := tc.end(st, l); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var got []tenancy.Orphan
+		for _, o := range orphansOf(ctx, t, st) {
+			if o.Tenant == tenant {
+				got = append(got, o)
+			}
+		}
+		switch {
+		case tc.wantOrphan && (len(got) != 1 || got[0].FromSeq != 1 || got[0].ToSeq != 10 || got[0].Token != l.Token || got[0].Slot != l.Slot || got[0].Holder != "dead"):
+			t.Errorf("%s: orphans %+v, want one for %d..%d token %d", name, got, 1, 10, l.Token)
+		case !tc.wantOrphan && len(got) != 0:
+			t.Errorf("%s: orphans %+v, want none", name, got)
+		}
+	}
+	// A live lease released in time leaves no orphan.
+	l, err := st.Dispatch(ctx, "live", pg, "h", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Extend(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, l.ID, l.Token); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range orphansOf(ctx, t, st) {
+		if o.Tenant == "live" {
+			t.Fatalf("a lease released in time left an orphan: %+v", o)
+		}
+	}
+}
+
+// Redispatch re-leases an orphan's range under a new token, inside the
+// slot limit, exactly once however many dispatchers race for it.
+func TestRedispatch(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	const pg = tenancy.DestPostgres
+	st, pool, _ := setup(t, &tenancy.Config{LeaseTTL: recoverTTL})
+	dead, err := st.Dispatch(ctx, "acme", pg, "dead", 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitExpired(ctx, t, pool, dead)
+	// The slot is taken by a new batch: the orphan must wait (limit 1).
+	live, err := st.Dispatch(ctx, "acme", pg, "alive", 11, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os := orphansOf(ctx, t, st)
+	if len(os) != 1 {
+		t.Fatalf("orphans %+v, want 1", os)
+	}
+	if _, err := st.Redispatch(ctx, os[0], "r"); !errors.Is(err, tenancy.ErrAtLimit) {
+		t.Fatalf("redispatch at the limit: %v, want ErrAtLimit", err)
+	}
+	if got := orphansOf(ctx, t, st); len(got) != 1 {
+		t.Fatalf("a refused redispatch lost the orphan: %+v", got)
+	}
+	if err := st.Release(ctx, live.ID, live.Token); err != nil {
+		t.Fatal(err)
+	}
+
+	const racers = 8
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		won   []tenancy.Lease
+		stale int
+	)
+	for range racers {
+		wg.Go(func() {
+			l, err := st.Redispatch(ctx, os[0], "r")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won = append(won, l)
+			case errors.Is(err, tenancy.ErrStaleLease):
+				stale++
+			default:
+				t.Errorf("redispatch: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(won) != 1 || stale != racers-1 {
+		t.Fatalf("%d redispatches won, %d stale; want 1 and %d", len(won), stale, racers-1)
+	}
+	l := won[0]
+	if l.FromSeq != 1 || l.ToSeq != 10 || l.Token <= dead.Token || l.ExpiresAt.IsZero() {
+		t.Fatalf("redispatched lease %+v, want range 1..10 with a newer token than %d", l, dead.Token)
+	}
+	if n, _ := st.InUse(ctx, "acme", pg); n != 1 {
+		t.Fatalf("in use %d, want 1", n)
+	}
+	if got := orphansOf(ctx, t, st); len(got) != 0 {
+		t.Fatalf("orphans left: %+v", got)
+	}
+	var logged int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fairway.batches WHERE tenant = 'acme' AND from_seq = 1 AND to_seq = 10`).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if logged != 2 {
+		t.Fatalf("batch log holds range 1..10 %d times, want 2 (dispatch + redispatch)", logged)
+	}
+	// The old token is fenced out of the re-leased slot.
+	if err := st.Release(ctx, dead.ID, dead.Token); !errors.Is(err, tenancy.ErrStaleLease) && l.Slot == dead.Slot {
+		t.Fatalf("dead lease released the redispatched slot: %v", err)
+	}
+}
+
+// ReturnBatches frees unpublished batches' slots and records them as
+// orphans at once; stale or batch-less leases are skipped.
+func TestReturnBatches(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	const pg = tenancy.DestPostgres
+	st, _, _ := setup(t, nil)
+	if _, err := st.EnsureTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, "acme", pg, 3); err != nil {
+		t.Fatal(err)
+	}
+	a, err := st.Dispatch(ctx, "acme", pg, "h", 1, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Dispatch(ctx, "acme", pg, "h", 6, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := st.Acquire(ctx, "acme", pg, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleB := b
+	staleB.Token++
+	n, err := st.ReturnBatches(ctx, []tenancy.Lease{a, staleB, plain})
+	if err != nil || n != 1 {
+		t.Fatalf("returned %d, %v; want 1 (a only)", n, err)
+	}
+	os := orphansOf(ctx, t, st)
+	if len(os) != 1 || os[0].FromSeq != 1 || os[0].ToSeq != 5 || os[0].Holder != "h" {
+		t.Fatalf("orphans %+v, want 1..5", os)
+	}
+	if n, _ := st.InUse(ctx, "acme", pg); n != 2 {
+		t.Fatalf("in use %d, want 2 (b and plain)", n)
+	}
+	// Returning twice changes nothing.
+	if n, err := st.ReturnBatches(ctx, []tenancy.Lease{a}); err != nil || n != 0 {
+		t.Fatalf("second return: %d, %v", n, err)
+	}
+	ps, err := st.PairStates(ctx, pg)
+	if err != nil || len(ps) != 1 || ps[0].Tenant != "acme" || ps[0].NextSeq != 10 || ps[0].Weight != 1 {
+		t.Fatalf("pair states %+v %v", ps, err)
+	}
+}
