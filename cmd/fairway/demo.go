@@ -4,32 +4,60 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/demo"
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/dlq"
 	"github.com/fairwayhq/fairway/internal/ingest"
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/sinks/b2b"
+	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
+	"github.com/fairwayhq/fairway/sinks/clickhouse"
+	"github.com/fairwayhq/fairway/sinks/postgres"
 )
+
+// demoDB names the PostgreSQL and ClickHouse databases the demo owns; both
+// are recreated at every start, so runs never see each other's state.
+const demoDB = "fairway_demo"
+
+// demoPartner is the B2B partner every demo tenant has.
+const demoPartner = "partner"
 
 func (c *cli) demoCmd() *cobra.Command {
 	var cfg demo.Config
 	var listen string
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run the pipeline in one process: a noisy tenant's catalog import and many small tenants, with a live view",
-		Args:  cobra.NoArgs,
+		Short: "Run the whole pipeline in one process: a noisy tenant's catalog import next to many small tenants, with a live view",
+		Long: `demo runs embedded JetStream, the ingest API, the dispatcher and the
+PostgreSQL, ClickHouse and B2B sinks in one process, against the local
+PostgreSQL and ClickHouse (databases fairway_demo, recreated at start) and an
+in-process partner webhook receiver. Tenant "noisy" uploads a large CSV
+catalog while small tenants publish a few events per second each; the live
+view shows per tenant how much each destination applied and the end-to-end
+latency. Ctrl-C stops cleanly and prints a summary.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.databaseURL == "" {
 				return usageError{errors.New("set DATABASE_URL (make demo does this for you)")}
@@ -37,7 +65,7 @@ func (c *cli) demoCmd() *cobra.Command {
 			return c.runDemo(cmd.Context(), cfg, listen)
 		},
 	}
-	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "stop by itself after this long (default: run until Ctrl-C or the import is done and small tenants ran 10 s more)")
+	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "stop by itself after this long (default: when every destination applied the import, or Ctrl-C)")
 	cmd.Flags().IntVar(&cfg.NoisyRows, "noisy-rows", 200_000, "rows in the noisy tenant's CSV catalog import")
 	cmd.Flags().IntVar(&cfg.SmallTenants, "small-tenants", 12, "small tenants publishing steadily")
 	cmd.Flags().Float64Var(&cfg.SmallRate, "small-rate", 5, "events per second per small tenant")
@@ -56,7 +84,8 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 		return usageError{err}
 	}
 
-	dsn, err := demoDatabase(ctx, c.databaseURL)
+	// PostgreSQL and ClickHouse, fresh.
+	dsn, err := recreatePostgres(ctx, c.databaseURL)
 	if err != nil {
 		return err
 	}
@@ -65,11 +94,19 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 		return err
 	}
 	defer pool.Close()
+	chAddr := c.getenv("CLICKHOUSE_ADDR")
+	if chAddr == "" {
+		chAddr = clickhouse.AddrDefault
+	}
+	if err := recreateClickHouse(ctx, chAddr); err != nil {
+		return err
+	}
 	store, err := tenancy.New(pool, &tenancy.Config{Logger: log})
 	if err != nil {
 		return err
 	}
 
+	// Embedded JetStream and the streams.
 	storeDir, err := os.MkdirTemp("", "fairway-demo-nats-")
 	if err != nil {
 		return err
@@ -96,11 +133,75 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		return err
 	}
+	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
+		return err
+	}
+	if _, err := dlq.EnsureStream(ctx, js, dlq.StreamConfig{}); err != nil {
+		return err
+	}
+
+	// Tenants, their tokens, and one B2B partner each: an in-process
+	// receiver that verifies signatures.
+	secret := []byte("demo-partner-secret-0123456789abcdef")
+	receiver := b2btest.Start(b2btest.Options{Secret: secret})
+	defer receiver.Close()
+	partners, err := b2b.NewRegistry(pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
+	if err != nil {
+		return err
+	}
+	tokens := map[string]string{}
+	names := []string{"noisy"}
+	for i := range cfg.SmallTenants {
+		names = append(names, fmt.Sprintf("small-%02d", i+1))
+	}
+	for _, name := range names {
+		_, tok, err := store.CreateTenant(ctx, name, name)
+		if err != nil {
+			return err
+		}
+		tokens[name] = tok
+		if _, err := partners.Add(ctx, b2b.Partner{Tenant: name, Name: demoPartner, URL: receiver.URL(), Secret: secret, Enabled: true}); err != nil {
+			return err
+		}
+	}
+
+	reg := bootstrap.NewRegistry()
+	tracker := demo.NewTracker()
+	dests := []string{tenancy.DestPostgres, tenancy.DestClickHouse, tenancy.DestB2BPrefix + demoPartner}
+
+	// The pipeline: dispatcher and one sink runner per destination. They
+	// stop when pipeCtx ends, after the load and the view.
+	pipeCtx, stopPipe := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPipe()
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg, Logger: log, Partners: partners},
+		&dispatch.Config{Dests: dests[:2]})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); errc <- d.Run(pipeCtx) }()
+	sinks, err := demoSinks(ctx, pool, chAddr, partners, log)
+	if err != nil {
+		return err
+	}
+	for _, s := range sinks {
+		defer s.close()
+		r, err := runner.New(ctx, runner.Deps{JetStream: js, Sink: tracker.Wrap(s.Sink), Leases: store, Registry: reg},
+			&runner.Config{Logger: log, FetchWait: time.Second})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- r.Run(pipeCtx) }()
+	}
+
+	// Ingest.
 	pub, err := events.NewPublisher(js, events.WithValidatedEvents())
 	if err != nil {
 		return err
 	}
-	reg := bootstrap.NewRegistry()
 	srv, err := ingest.New(ingest.Deps{Publisher: pub, Tenants: store, Pool: pool, Registry: reg, Gatherer: reg,
 		Ready: ingest.DefaultChecks(js, pool, events.StreamName)}, &ingest.Config{Logger: log, Node: "demo"})
 	if err != nil {
@@ -115,32 +216,75 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 	}
 	hs := bootstrap.HTTPServer(srv.Handler(), log)
 	go func() { _ = hs.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-		_ = srv.Close(sctx)
-	}()
 
 	cfg.BaseURL = "http://" + ln.Addr().String()
 	cfg.Out = c.out
-	cfg.Tokens = func(ctx context.Context, tenant string) (string, error) {
-		_, tok, err := store.CreateTenant(ctx, tenant, tenant)
-		if errors.Is(err, tenancy.ErrTenantExists) {
-			return store.IssueToken(ctx, tenant)
-		}
-		return tok, err
-	}
+	cfg.Tokens = func(_ context.Context, tenant string) (string, error) { return tokens[tenant], nil }
 	cfg.Client = &http.Client{Timeout: 30 * time.Second}
-	fmt.Fprintf(c.out, "fairway demo: ingest on %s, embedded JetStream on %s, PostgreSQL %s; logs in %s\n",
-		cfg.BaseURL, ns.ClientURL(), redactDSN(dsn), logFile.Name())
-	return demo.Run(ctx, cfg)
+	cfg.Tracker, cfg.Dests = tracker, dests
+	cfg.DeadLetters = func(ctx context.Context) (uint64, error) {
+		st, err := js.Stream(ctx, dlq.StreamName)
+		if err != nil {
+			return 0, err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.State.Msgs, nil
+	}
+	cfg.Footer = "logs: " + logFile.Name() + "   metrics: " + cfg.BaseURL + "/metrics"
+	fmt.Fprintf(c.out, "fairway demo: ingest %s, embedded JetStream %s, PostgreSQL %s, ClickHouse %s/%s, partner %s\n",
+		cfg.BaseURL, ns.ClientURL(), redactDSN(dsn), chAddr, demoDB, receiver.URL())
+	runErr := demo.Run(ctx, cfg)
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	_ = srv.Close(sctx)
+	stopPipe()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	return runErr
 }
 
-// demoDatabase makes sure a database named fairway_demo exists on the
+type demoSink struct {
+	sink.Sink
+	close func()
+}
+
+func demoSinks(ctx context.Context, pool *pgxpool.Pool, chAddr string, partners *b2b.Registry, log *slog.Logger) ([]demoSink, error) {
+	pg, err := postgres.New(ctx, &postgres.Config{Pool: pool})
+	if err != nil {
+		return nil, err
+	}
+	chs, err := clickhouse.New(ctx, &clickhouse.Config{Addr: chAddr, Database: demoDB})
+	if err != nil {
+		pg.Close()
+		return nil, fmt.Errorf("ClickHouse at %s: %w (start it with make services)", chAddr, err)
+	}
+	bs, err := b2b.New(&b2b.Config{Registry: partners, Partner: demoPartner, Logger: log})
+	if err != nil {
+		pg.Close()
+		_ = chs.Close()
+		return nil, err
+	}
+	return []demoSink{
+		{pg, pg.Close},
+		{chs, func() { _ = chs.Close() }},
+		{bs, bs.Close},
+	}, nil
+}
+
+// recreatePostgres drops and creates the fairway_demo database on the
 // server of adminURL and returns its URL, so the demo never writes into the
-// database a user pointed us at.
-func demoDatabase(ctx context.Context, adminURL string) (string, error) {
+// database a user pointed us at and every run starts clean.
+func recreatePostgres(ctx context.Context, adminURL string) (string, error) {
 	u, err := url.Parse(adminURL)
 	if err != nil || u.Host == "" {
 		return "", usageError{errors.New("DATABASE_URL must be a postgres:// URL")}
@@ -150,17 +294,25 @@ func demoDatabase(ctx context.Context, adminURL string) (string, error) {
 		return "", fmt.Errorf("PostgreSQL at %s: %w (start it with make services)", u.Redacted(), err)
 	}
 	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'fairway_demo')").Scan(&exists); err != nil {
-		return "", err
-	}
-	if !exists {
-		if _, err := conn.Exec(ctx, "CREATE DATABASE fairway_demo"); err != nil {
-			return "", fmt.Errorf("create database fairway_demo: %w", err)
+	for _, q := range []string{"DROP DATABASE IF EXISTS " + demoDB + " WITH (FORCE)", "CREATE DATABASE " + demoDB} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return "", fmt.Errorf("recreate database %s: %w", demoDB, err)
 		}
 	}
-	u.Path = "/fairway_demo"
+	u.Path = "/" + demoDB
 	return u.String(), nil
+}
+
+func recreateClickHouse(ctx context.Context, addr string) error {
+	conn, err := ch.Open(&ch.Options{Addr: []string{addr}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("ClickHouse at %s: %w (start it with make services)", addr, err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+demoDB); err != nil {
+		return fmt.Errorf("ClickHouse at %s: %w (start it with make services, or set CLICKHOUSE_ADDR)", addr, err)
+	}
+	return nil
 }
 
 func redactDSN(s string) string {

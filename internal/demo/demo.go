@@ -31,6 +31,15 @@ type Config struct {
 	Tokens func(ctx context.Context, tenant string) (string, error)
 	// Refresh is the live view period, default 500 ms.
 	Refresh time.Duration
+	// Tracker sees what the sinks applied; Dests are the destinations every
+	// tenant's events go to, in display order. Without a Tracker the demo
+	// shows ingest only.
+	Tracker *Tracker
+	Dests   []string
+	// DeadLetters counts the dead-letter stream, for the summary. Optional.
+	DeadLetters func(ctx context.Context) (uint64, error)
+	// Footer is printed under the live view (e.g. where logs go).
+	Footer string
 }
 
 func (c Config) withDefaults() Config {
@@ -126,17 +135,32 @@ func Run(ctx context.Context, cfg Config) error {
 		go func() {
 			select {
 			case <-importDone:
+			case <-ctx.Done():
+				return
+			}
+			// The import is stored; let the small tenants run on until
+			// every destination applied the noisy catalog, then 5 s more.
+			tick := time.NewTicker(250 * time.Millisecond)
+			defer tick.Stop()
+			for {
 				select {
-				case <-time.After(10 * time.Second):
-					stop()
 				case <-ctx.Done():
+					return
+				case <-tick.C:
 				}
+				if caughtUp(cfg, noisy) {
+					break
+				}
+			}
+			select {
+			case <-time.After(5 * time.Second):
+				stop()
 			case <-ctx.Done():
 			}
 		}()
 	}
 
-	v := newView(cfg.Out)
+	v := newView(cfg)
 	tick := time.NewTicker(cfg.Refresh)
 	defer tick.Stop()
 	for done := false; !done; {
@@ -149,8 +173,25 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	wg.Wait()
 	v.draw(time.Since(start), noisy, small)
-	summary(cfg.Out, time.Since(start), noisy, small)
+	summary(context.WithoutCancel(ctx), cfg, time.Since(start), noisy, small)
 	return nil
+}
+
+// caughtUp reports whether every destination applied all of the noisy
+// tenant's stored rows.
+func caughtUp(cfg Config, noisy *tenantStats) bool {
+	if cfg.Tracker == nil {
+		return true
+	}
+	noisy.mu.Lock()
+	stored := noisy.importDone
+	noisy.mu.Unlock()
+	for _, d := range cfg.Dests {
+		if cfg.Tracker.Applied(noisy.name, d) < stored {
+			return false
+		}
+	}
+	return true
 }
 
 // runSmall publishes one event at a time at cfg.SmallRate and records the

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,15 +12,16 @@ import (
 // view draws the live table: redrawn in place on a terminal, a plain line
 // every few seconds otherwise.
 type view struct {
+	cfg      Config
 	out      io.Writer
 	tty      bool
 	lines    int
 	lastLine time.Time
 }
 
-func newView(out io.Writer) *view {
-	v := &view{out: out}
-	if f, ok := out.(*os.File); ok {
+func newView(cfg Config) *view {
+	v := &view{cfg: cfg, out: cfg.Out}
+	if f, ok := cfg.Out.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			v.tty = true
 		}
@@ -27,44 +29,98 @@ func newView(out io.Writer) *view {
 	return v
 }
 
+func smallNames(small []*tenantStats) []string {
+	out := make([]string, len(small))
+	for i, s := range small {
+		out[i] = s.name
+	}
+	return out
+}
+
 func (v *view) draw(elapsed time.Duration, noisy *tenantStats, small []*tenantStats) {
 	noisy.mu.Lock()
 	done, total, status := noisy.importDone, noisy.importTotal, noisy.importStatus
 	noisy.mu.Unlock()
+	tr := v.cfg.Tracker
 	if !v.tty {
 		if time.Since(v.lastLine) < 5*time.Second {
 			return
 		}
 		v.lastLine = time.Now()
-		var worst time.Duration
-		for _, s := range small {
-			_, p99, _ := s.percentiles()
-			worst = max(worst, p99)
+		line := fmt.Sprintf("%5.0fs  noisy: import %s %d/%d rows stored", elapsed.Seconds(), status, done, total)
+		if tr != nil {
+			for _, d := range v.cfg.Dests {
+				line += fmt.Sprintf(", %s %d", d, tr.Applied(noisy.name, d))
+			}
+			_, np99, _ := tr.Latency(noisy.name)
+			_, sp99, _ := tr.Latency(smallNames(small)...)
+			line += fmt.Sprintf("  |  end-to-end p99: noisy %s, small tenants %s", round(np99), round(sp99))
 		}
-		fmt.Fprintf(v.out, "%5.0fs  noisy import %s %d/%d rows  small tenants worst p99 %s\n",
-			elapsed.Seconds(), status, done, total, worst.Round(100*time.Microsecond))
+		fmt.Fprintln(v.out, line)
 		return
 	}
 	var b strings.Builder
 	if v.lines > 0 {
 		fmt.Fprintf(&b, "\x1b[%dA", v.lines)
 	}
-	fmt.Fprintf(&b, "\x1b[2K fairway demo — %s elapsed (Ctrl-C stops and prints a summary)\n", elapsed.Round(time.Second))
-	rate := 0.0
-	if elapsed > 0 {
-		rate = float64(done) / elapsed.Seconds()
+	n := 0
+	line := func(format string, a ...any) {
+		fmt.Fprintf(&b, "\x1b[2K"+format+"\n", a...)
+		n++
 	}
-	fmt.Fprintf(&b, "\x1b[2K noisy     %s %7d/%d rows  %8.0f rows/s  %s\n", bar(done, total, 30), done, total, rate, status)
-	fmt.Fprintf(&b, "\x1b[2K %-9s %8s %8s %10s %10s\n", "tenant", "sent", "errors", "p50", "p99")
+	line(" fairway demo — %s elapsed — Ctrl-C stops and prints a summary", elapsed.Round(time.Second))
+	rate := float64(done) / max(elapsed.Seconds(), 0.001)
+	line(" noisy import %s %d/%d rows stored (%.0f rows/s) %s", bar(done, total, 24), done, total, rate, status)
+	line("")
+	head := fmt.Sprintf(" %-9s %8s", "tenant", "stored")
+	for _, d := range v.cfg.Dests {
+		head += fmt.Sprintf(" %22s", "→ "+d)
+	}
+	if tr != nil {
+		head += fmt.Sprintf(" %9s %9s", "e2e p50", "e2e p99")
+	}
+	line("%s", head)
+	row := func(name string, stored int64) {
+		r := fmt.Sprintf(" %-9s %8d", name, stored)
+		if tr != nil {
+			for _, d := range v.cfg.Dests {
+				a := tr.Applied(name, d)
+				if name == noisy.name {
+					r += fmt.Sprintf(" %s %9d", bar(a, max(stored, 1), 12), a)
+				} else {
+					r += fmt.Sprintf(" %22d", a)
+				}
+			}
+			p50, p99, _ := tr.Latency(name)
+			r += fmt.Sprintf(" %9s %9s", round(p50), round(p99))
+		}
+		line("%s", r)
+	}
+	row(noisy.name, done)
 	for _, s := range small {
-		p50, p99, _ := s.percentiles()
 		s.mu.Lock()
-		sent, errs := s.sent, s.errors
+		stored := int64(s.accepted)
 		s.mu.Unlock()
-		fmt.Fprintf(&b, "\x1b[2K %-9s %8d %8d %10s %10s\n", s.name, sent, errs, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
+		row(s.name, stored)
 	}
-	v.lines = 3 + len(small)
+	if v.cfg.Footer != "" {
+		line(" %s", v.cfg.Footer)
+	}
+	v.lines = n
 	fmt.Fprint(v.out, b.String())
+}
+
+func round(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(10 * time.Millisecond).String()
+	}
 }
 
 func bar(done, total int64, width int) string {
@@ -75,7 +131,8 @@ func bar(done, total int64, width int) string {
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
 }
 
-func summary(out io.Writer, elapsed time.Duration, noisy *tenantStats, small []*tenantStats) {
+func summary(ctx context.Context, cfg Config, elapsed time.Duration, noisy *tenantStats, small []*tenantStats) {
+	out := cfg.Out
 	noisy.mu.Lock()
 	fmt.Fprintf(out, "\nsummary after %s\n  noisy: import %s, %d of %d rows stored\n", elapsed.Round(time.Second), noisy.importStatus, noisy.importDone, noisy.importTotal)
 	noisy.mu.Unlock()
@@ -90,7 +147,45 @@ func summary(out io.Writer, elapsed time.Duration, noisy *tenantStats, small []*
 	}
 	agg := &tenantStats{latencies: all}
 	p50, p99, n := agg.percentiles()
-	fmt.Fprintf(out, "  small tenants (%d): %d events stored, %d errors, ingest latency p50 %s p99 %s over %d requests\n",
-		len(small), sent-errs, errs, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond), n)
-	fmt.Fprintln(out, "  (dispatch and sinks join this view as they land: see the open issues)")
+	fmt.Fprintf(out, "  small tenants (%d): %d events stored, %d errors; ingest answer p50 %s p99 %s over %d requests\n",
+		len(small), sent-errs, errs, round(p50), round(p99), n)
+	tr := cfg.Tracker
+	if tr == nil {
+		return
+	}
+	fmt.Fprintf(out, "  events applied per destination:\n")
+	names := append([]string{noisy.name}, smallNames(small)...)
+	w := 0
+	for _, d := range cfg.Dests {
+		w = max(w, len(d))
+	}
+	for _, d := range cfg.Dests {
+		var parts []string
+		var smallSum int64
+		for _, name := range names {
+			if name == noisy.name {
+				parts = append(parts, fmt.Sprintf("noisy %d", tr.Applied(name, d)))
+			} else {
+				smallSum += tr.Applied(name, d)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("small tenants %d (", smallSum))
+		var per []string
+		for _, s := range small {
+			per = append(per, fmt.Sprintf("%d", tr.Applied(s.name, d)))
+		}
+		fmt.Fprintf(out, "    %-*s  %s%s)\n", w, d, strings.Join(parts, ", "), strings.Join(per, " "))
+	}
+	np50, np99, nn := tr.Latency(noisy.name)
+	sp50, sp99, sn := tr.Latency(smallNames(small)...)
+	fmt.Fprintf(out, "  end-to-end latency (stored → applied, recent events, all destinations):\n")
+	fmt.Fprintf(out, "    noisy          p50 %-9s p99 %-9s (%d applications)\n", round(np50), round(np99), nn)
+	fmt.Fprintf(out, "    small tenants  p50 %-9s p99 %-9s (%d applications)\n", round(sp50), round(sp99), sn)
+	if cfg.DeadLetters != nil {
+		if dl, err := cfg.DeadLetters(ctx); err == nil {
+			fmt.Fprintf(out, "  dead letters: %d\n", dl)
+		} else {
+			fmt.Fprintf(out, "  dead letters: unknown (%v)\n", err)
+		}
+	}
 }

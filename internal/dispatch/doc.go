@@ -40,7 +40,7 @@
 // lease with a recorded batch that nobody extends. When it expires and
 // anything ends it — Sweep, an acquisition reclaiming the slot, a late
 // release — PostgreSQL records the batch as an orphan in the same statement
-// (migration 00005). The recovery loop re-dispatches each orphan under a new
+// (migration 00008). The recovery loop re-dispatches each orphan under a new
 // lease (tenancy.Redispatch: new token, so a new Nats-Msg-Id), within the
 // slot limit and exactly once across dispatchers. Shutdown hands unpublished
 // batches back at once (tenancy.ReturnBatches). A sink that dies mid-batch

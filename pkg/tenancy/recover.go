@@ -15,7 +15,7 @@ import (
 // events may never have been applied, so it must be dispatched again.
 //
 // Orphans are recorded by the database itself (trigger slots_keep_orphan,
-// migration 00005) in the statement that ends the expired lease, so no code
+// migration 00008) in the statement that ends the expired lease, so no code
 // path — Sweep, Acquire, AcquireMany, Dispatch, a late Release — can lose
 // one. A late Release after expiry also leaves an orphan: the batch is then
 // applied twice, which idempotent sinks absorb; sinks avoid it by extending
