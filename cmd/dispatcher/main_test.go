@@ -1,8 +1,24 @@
 package main
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/sinks/b2b"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -17,5 +33,84 @@ func TestParseConfig(t *testing.T) {
 	}
 	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil {
 		t.Fatal("missing DATABASE_URL accepted")
+	}
+}
+
+// run against real servers: an event of a tenant with a partner becomes a
+// work item for each static destination and for the partner; /metrics
+// counts them; shutdown is clean.
+func TestRunDispatches(t *testing.T) {
+	t.Parallel()
+	srv, nc := testenv.NATS(t)
+	dsn := testenv.NewDatabase(t)
+	ctx := context.Background()
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reg, _ := b2b.NewRegistry(pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
+	store, _ := tenancy.New(pool, nil)
+	if _, err := store.EnsureTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Add(ctx, b2b.Partner{Tenant: "acme", Name: "p1", URL: "http://127.0.0.1:9/hook", Secret: []byte("0123456789abcdef0123456789abcdef"), Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	env := map[string]string{"DATABASE_URL": dsn, "NATS_URL": srv.ClientURL()}
+	cfg, err := parseConfig([]string{"--listen", addr}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(rctx, cfg) }()
+
+	js, _ := jetstream.New(nc)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := events.NewPublisher(js)
+	if r := pub.PublishOne(ctx, events.Event{Tenant: "acme", ProductID: "p", Version: 1, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := js.Stream(ctx, work.StreamName)
+		if err == nil {
+			info, _ := s.Info(ctx, jetstream.WithSubjectFilter("work.>"))
+			if info != nil && len(info.State.Subjects) == 3 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no work items for postgres, clickhouse and b2b:p1 within 60s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `fairway_dispatcher_items_total{dest="b2b:p1"} 1`) {
+		t.Fatalf("metrics lack the b2b item:\n%.2000s", body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run did not return after shutdown")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/sinks/b2b"
 )
 
 // Config is everything the dispatcher command reads from flags and env.
@@ -60,7 +61,13 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	reg := bootstrap.NewRegistry()
-	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg, Logger: log}, &cfg.Dispatch)
+	// Each tenant's enabled partners add "b2b:<partner>" destinations
+	// (fairway partners add). Listing partners needs no secret key.
+	partners, err := b2b.NewRegistry(pool, nil)
+	if err != nil {
+		return err
+	}
+	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg, Logger: log, Partners: partners}, &cfg.Dispatch)
 	if err != nil {
 		return err
 	}
