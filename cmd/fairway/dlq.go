@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -20,8 +18,7 @@ import (
 
 // dlqFlags are shared by the dlq subcommands.
 type dlqFlags struct {
-	natsURL string
-	stream  string
+	stream string
 }
 
 func (c *cli) dlqCmd() *cobra.Command {
@@ -36,7 +33,6 @@ idempotency key, so it takes the normal fair path to every destination
 again (idempotent sinks change nothing where it had landed), and then
 deletes the letter. Lost-range letters cannot be redriven.`,
 	}
-	cmd.PersistentFlags().StringVar(&f.natsURL, "nats-url", cmp.Or(c.getenv("NATS_URL"), nats.DefaultURL), "NATS server URL (env NATS_URL)")
 	cmd.PersistentFlags().StringVar(&f.stream, "stream", dlq.StreamName, "dead-letter stream")
 	cmd.AddCommand(c.dlqListCmd(f), c.dlqShowCmd(f), c.dlqRedriveCmd(f), c.dlqRmCmd(f))
 	return cmd
@@ -46,13 +42,8 @@ deletes the letter. Lost-range letters cannot be redriven.`,
 func (c *cli) queue(ctx context.Context, f *dlqFlags) (*dlq.Queue, jetstream.JetStream, func(), error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(f.natsURL, nats.Name("fairway-cli"), nats.Timeout(5*time.Second))
+	nc, js, err := c.jetstream()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("connect to NATS at %s: %w (set NATS_URL or --nats-url)", f.natsURL, err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
 		return nil, nil, nil, err
 	}
 	q, err := dlq.Open(cctx, js, f.stream)

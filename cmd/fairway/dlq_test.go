@@ -21,11 +21,8 @@ import (
 func dlqCLI(t *testing.T, natsURL string, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	c := &cli{getenv: func(k string) string { return map[string]string{"NATS_URL": natsURL}[k] }, out: &out, errOut: &errOut, logFormat: "text", logLevel: "warn"}
-	cmd := c.dlqCmd()
-	cmd.SetArgs(args)
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
+	cmd := newRootCmd(func(k string) string { return map[string]string{"NATS_URL": natsURL}[k] }, &out, &errOut)
+	cmd.SetArgs(append([]string{"dlq"}, args...))
 	err := cmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
 }

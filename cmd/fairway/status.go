@@ -64,7 +64,7 @@ func (c *cli) statusCmd() *cobra.Command {
 func (c *cli) jetstream() (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(c.natsURL, nats.Name("fairway-cli"), nats.Timeout(5*time.Second))
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (set NATS_URL or --nats-url)", c.natsURL, err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (set NATS_URL or --nats-url)", redactDSN(c.natsURL), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
