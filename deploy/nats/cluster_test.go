@@ -84,7 +84,7 @@ func loadCluster(t *testing.T) []*server.Options {
 // leader and every one of them is current.
 func waitForMetaLeader(t *testing.T, srvs []*server.Server) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		leaders, current := 0, 0
 		for _, s := range srvs {
@@ -99,7 +99,7 @@ func waitForMetaLeader(t *testing.T, srvs []*server.Server) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no JetStream meta leader in 20s: %d leaders, %d of %d current", leaders, current, len(srvs))
+			t.Fatalf("no JetStream meta leader in 60s: %d leaders, %d of %d current", leaders, current, len(srvs))
 		}
 		time.Sleep(50 * time.Millisecond) // poll interval
 	}
