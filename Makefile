@@ -47,7 +47,7 @@ bench: services ## Run the benchmarks against the real servers and write .bench/
 lint: ## gofmt, go vet and staticcheck
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	@$(GO) vet $(PKGS)
-	@$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+	@$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 .PHONY: build
 build: ## Build the binaries into bin/
