@@ -22,12 +22,14 @@ import (
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/dashboard"
 	"github.com/fairwayhq/fairway/internal/demo"
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/dlq"
 	"github.com/fairwayhq/fairway/internal/ingest"
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
@@ -214,7 +216,26 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 	if err != nil {
 		return err
 	}
-	hs := bootstrap.HTTPServer(srv.Handler(), log)
+	// The dashboard at /ui: status from PostgreSQL and JetStream,
+	// throughput and p95 from the sink runners' metrics on reg.
+	sampler, err := dashboard.NewSampler(reg, &dashboard.SamplerConfig{Logger: log})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); errc <- sampler.Run(pipeCtx) }()
+	dash, err := dashboard.New(dashboard.Deps{
+		Status: &status.Source{Pairs: store, Reader: work.NewReader(nc, ""), JS: js},
+		Dests:  sampler,
+	}, &dashboard.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(dashboard.Path+"/", dash)
+	mux.Handle(dashboard.Path, dash)
+	mux.Handle("/", srv.Handler())
+	hs := bootstrap.HTTPServer(mux, log)
 	go func() { _ = hs.Serve(ln) }()
 
 	cfg.BaseURL = "http://" + ln.Addr().String()
@@ -233,9 +254,10 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 		}
 		return info.State.Msgs, nil
 	}
-	cfg.Footer = "logs: " + logFile.Name() + "   metrics: " + cfg.BaseURL + "/metrics"
+	cfg.Footer = "dashboard: " + cfg.BaseURL + dashboard.Path + "/   metrics: " + cfg.BaseURL + "/metrics   logs: " + logFile.Name()
 	fmt.Fprintf(c.out, "fairway demo: ingest %s, embedded JetStream %s, PostgreSQL %s, ClickHouse %s/%s, partner %s\n",
 		cfg.BaseURL, ns.ClientURL(), redactDSN(dsn), chAddr, demoDB, receiver.URL())
+	fmt.Fprintf(c.out, "dashboard: %s%s/\n", cfg.BaseURL, dashboard.Path)
 	runErr := demo.Run(ctx, cfg)
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)

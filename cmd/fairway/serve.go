@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/dashboard"
+	"github.com/fairwayhq/fairway/internal/status"
+	"github.com/fairwayhq/fairway/internal/work"
+)
+
+// serveListenDefault is where `fairway serve` listens: loopback, since the
+// dashboard has no authentication.
+const serveListenDefault = "127.0.0.1:8090"
+
+func (c *cli) serveCmd() *cobra.Command {
+	var listen string
+	var cfg dashboard.Config
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the live dashboard at /ui: per tenant backlog, slots in use against the limit, dead letters and why work waits",
+		Long: `serve reads PostgreSQL (DATABASE_URL) and JetStream (NATS_URL) and serves
+a live page at http://<listen>/ui with what ` + "`fairway status`" + ` prints: per tenant and
+destination the backlog, the oldest waiting event, slots in use against the
+limit, the weight, dead letters and why work waits. The tenants with the most
+backlog are listed (--top); the rest are summed in one row. The page polls
+/ui/api/status (JSON).
+
+Throughput and p95 latency per destination need the sink runners' metrics in
+the same process (` + "`fairway demo`" + ` has them); here they read "no data".
+
+The page has no authentication: keep --listen on loopback or behind a proxy
+that authenticates.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.runServe(cmd.Context(), listen, cfg)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", serveListenDefault, "HTTP address of the dashboard")
+	cmd.Flags().IntVar(&cfg.TopK, "top", dashboard.TopKDefault, "tenants listed one by one, those with the most backlog")
+	cmd.Flags().DurationVar(&cfg.Refresh, "refresh", dashboard.RefreshDefault, "how often the page refreshes (and status is read)")
+	return cmd
+}
+
+func (c *cli) runServe(ctx context.Context, listen string, cfg dashboard.Config) error {
+	log, err := c.logger()
+	if err != nil {
+		return usageError{err}
+	}
+	st, pool, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	nc, js, err := c.jetstream()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cfg.Logger = log
+	dash, err := dashboard.New(dashboard.Deps{Status: &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}}, &cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	mux := http.NewServeMux()
+	mux.Handle(dashboard.Path+"/", dash)
+	mux.Handle(dashboard.Path, dash)
+	mux.Handle("GET /{$}", http.RedirectHandler(dashboard.Path+"/", http.StatusFound))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !nc.IsConnected() {
+			http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
+			return
+		}
+		if err := pool.Ping(r.Context()); err != nil {
+			http.Error(w, "postgres: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	fmt.Fprintf(c.out, "fairway serve: dashboard at http://%s%s/ (Ctrl-C stops)\n", ln.Addr(), dashboard.Path)
+	return bootstrap.Serve(ctx, bootstrap.HTTPServer(mux, log), ln, 5*time.Second)
+}

@@ -1,0 +1,323 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairwayhq/fairway/internal/dashboard"
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/internal/status"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// TestDashboardInBrowser runs a slice of the pipeline (real PostgreSQL,
+// embedded JetStream, the real dispatcher and sink runner for clickhouse
+// with an in-memory sink), serves the dashboard, loads it in headless
+// Chromium and checks the DOM the page's JavaScript rendered.
+//
+// postgres has no dispatcher or runner here: its slots and cursors are set
+// by hand, so its numbers are exact, and its throughput must read "no
+// data". Chromium is installed by scripts/chromium.sh when missing; the
+// test fails, never skips, when that is impossible.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	chromium := findChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	// Long leases: the slot held by hand must outlive the test.
+	store, err := tenancy.New(pool, &tenancy.Config{LeaseTTL: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ensure := range []func() error{
+		func() error { _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); return err },
+		func() error { _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); return err },
+		func() error { _, err := dlq.EnsureStream(ctx, js, dlq.StreamConfig{}); return err },
+	} {
+		if err := ensure(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// acme: 4 events, the first dispatched to postgres by hand with its one
+	// slot still held → backlog 3, 1/1, at slot limit, 2 dead letters.
+	// globex: 2 events, free slot. initech: 1 event, paused.
+	for _, tn := range []string{"acme", "globex", "initech"} {
+		if _, err := store.EnsureTenant(ctx, tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.SetPaused(ctx, "initech", true); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := events.NewPublisher(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []events.Event
+	for i, tn := range []string{"acme", "acme", "acme", "acme", "globex", "globex", "initech"} {
+		evs = append(evs, events.Event{Tenant: tn, ProductID: fmt.Sprint("p", i), Version: 1, Op: events.OpUpsert,
+			OccurredAt: time.Now(), Payload: []byte(`{"name":"x"}`)})
+	}
+	for _, r := range pub.Publish(ctx, evs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if _, err := store.Dispatch(ctx, "acme", tenancy.DestPostgres, "by-hand", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range []string{"globex", "initech"} {
+		if _, err := store.Cursor(ctx, tn, tenancy.DestPostgres); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := js.Publish(ctx, dlq.Subject(tenancy.DestPostgres, "acme"), []byte("dead")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// clickhouse: the real dispatcher and sink runner, metrics on reg, read
+	// by the sampler as the dashboard would in the demo.
+	reg := prometheus.NewRegistry()
+	sampler, err := dashboard.NewSampler(reg, &dashboard.SamplerConfig{Interval: 100 * time.Millisecond, Window: time.Minute, Summary: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := &memSink{name: tenancy.DestClickHouse}
+	r, err := runner.New(ctx, runner.Deps{JetStream: js, Sink: mem, Leases: store, Registry: reg},
+		&runner.Config{FetchWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg},
+		&dispatch.Config{Dests: []string{tenancy.DestClickHouse}, PollInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipeCtx, stopPipe := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{d.Run, r.Run, sampler.Run} {
+		wg.Go(func() {
+			if err := run(pipeCtx); err != nil && pipeCtx.Err() == nil {
+				t.Errorf("pipeline: %v", err)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer stopPipe()
+
+	// Wait until clickhouse applied acme's and globex's 6 events, released
+	// their slots, and the sampler saw it.
+	src := &status.Source{Pairs: store, Reader: work.NewReader(nc, ""), JS: js}
+	settled := func() (string, bool) {
+		applied := 0.0
+		for _, s := range sampler.DestStats() {
+			if s.Dest == tenancy.DestClickHouse {
+				applied = s.Applied
+			}
+		}
+		rows, err := src.Rows(ctx, "")
+		if err != nil {
+			return err.Error(), false
+		}
+		idle := 0
+		for _, r := range rows {
+			if r.Dest == tenancy.DestClickHouse && r.Tenant != "initech" && r.Backlog == 0 && r.InUse == 0 {
+				idle++
+			}
+		}
+		return fmt.Sprintf("sampler saw %v of 6 applied, sink %d; status %+v", applied, mem.n(), rows), applied >= 6 && idle == 2
+	}
+	for {
+		state, ok := settled()
+		if ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("clickhouse did not apply acme's and globex's events: %s", state)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	dash, err := dashboard.New(dashboard.Deps{Status: src, Dests: sampler}, &dashboard.Config{Refresh: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(dash)
+	defer srv.Close()
+
+	dom := dumpDOM(t, ctx, chromium, srv.URL+dashboard.Path+"/")
+	if png := os.Getenv("FAIRWAY_UI_SCREENSHOT"); png != "" {
+		screenshot(t, ctx, chromium, srv.URL+dashboard.Path+"/", png)
+	}
+	if strings.Contains(dom, "status unavailable") {
+		t.Fatalf("the page shows an error:\n%s", dom)
+	}
+	for _, c := range []struct {
+		row  string
+		want []string
+	}{
+		{`<tr data-tenant="acme" data-dest="postgres">`, []string{`<span class="value">3</span>`, `<span class="value">1/1</span>`, "at slot limit", `<td class="num dead">2</td>`}},
+		{`<tr data-tenant="acme" data-dest="clickhouse">`, []string{`<span class="value">0</span>`, "idle"}},
+		{`<tr data-tenant="globex" data-dest="postgres">`, []string{`<span class="value">2</span>`, `<span class="value">0/1</span>`, "dispatching"}},
+		{`<tr data-tenant="initech" data-dest="postgres">`, []string{`<span class="value">1</span>`, "paused"}},
+		{`<tr data-dest="postgres">`, []string{`<td class="num backlog">6</td>`, `<td class="num dead">2</td>`, "no data"}},
+	} {
+		row := tableRow(dom, c.row)
+		if row == "" {
+			t.Errorf("no row %s in the rendered page:\n%s", c.row, dom)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(row, w) {
+				t.Errorf("row %s lacks %q:\n%s", c.row, w, row)
+			}
+		}
+	}
+	// clickhouse throughput and latency are figures, not "no data".
+	ch := tableRow(dom, `<tr data-dest="clickhouse">`)
+	if !regexp.MustCompile(`<td class="num rate">\d+\.\d</td>`).MatchString(ch) ||
+		!regexp.MustCompile(`<td class="num p95">[\d.]+ (ms|s)</td>`).MatchString(ch) ||
+		!strings.Contains(ch, "<polyline") {
+		t.Errorf("clickhouse destination row without throughput, p95 and series:\n%s", ch)
+	}
+	if !strings.Contains(dom, "3 in all") {
+		t.Errorf("tenant count missing:\n%s", dom)
+	}
+}
+
+// tableRow returns the <tr> of dom that opens with openTag, through its
+// </tr>, or "".
+func tableRow(dom, openTag string) string {
+	i := strings.Index(dom, openTag)
+	if i < 0 {
+		return ""
+	}
+	end := strings.Index(dom[i:], "</tr>")
+	if end < 0 {
+		return ""
+	}
+	return dom[i : i+end+len("</tr>")]
+}
+
+// findChromium returns a headless-capable Chromium, installing Debian's
+// package through scripts/chromium.sh when there is none.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "chromium.sh")
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("bash", script)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("this test needs headless Chromium and could not install it: %s: %v\n%s\n"+
+			"install it with `sudo apt-get install -y chromium` (Debian) and run the test again", script, err, stderr.String())
+	}
+	lines := strings.Fields(stdout.String())
+	if len(lines) == 0 {
+		t.Fatalf("%s printed no path:\n%s", script, stderr.String())
+	}
+	return lines[len(lines)-1]
+}
+
+// dumpDOM loads url in headless Chromium and returns the DOM after its
+// scripts ran. Chromium gets a private profile and no reason to reach the
+// network beyond url.
+func dumpDOM(t *testing.T, ctx context.Context, chromium, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, append(chromiumFlags(t), "--virtual-time-budget=5000", "--dump-dom", url)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s --dump-dom %s: %v\n%s", chromium, url, err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// screenshot saves a 1280×900 PNG of url to png, for a person to look at
+// (FAIRWAY_UI_SCREENSHOT=/tmp/ui.png go test -run Browser).
+func screenshot(t *testing.T, ctx context.Context, chromium, url, png string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	abs, err := filepath.Abs(png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, chromium, append(chromiumFlags(t), "--virtual-time-budget=5000",
+		"--hide-scrollbars", "--window-size=1280,900", "--screenshot="+abs, url)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("screenshot: %v\n%s", err, out)
+	}
+	t.Logf("screenshot of the dashboard: %s", abs)
+}
+
+func chromiumFlags(t *testing.T) []string {
+	return []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-default-apps", "--disable-extensions", "--no-default-browser-check", "--mute-audio",
+		"--user-data-dir=" + t.TempDir()}
+}
+
+// memSink applies everything, in memory.
+type memSink struct {
+	name    string
+	mu      sync.Mutex
+	applied int
+}
+
+var _ sink.Sink = (*memSink)(nil)
+
+func (s *memSink) Name() string { return s.name }
+
+func (s *memSink) Apply(_ context.Context, batch []sink.Record) ([]error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied += len(batch)
+	return make([]error, len(batch)), nil
+}
+
+func (s *memSink) n() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}

@@ -1,0 +1,23 @@
+// Package dashboard serves a small live web page at /ui: per tenant and
+// destination the backlog, the age of the oldest waiting event, slots in
+// use against the limit, the weight, dead letters and why work waits (the
+// rows `fairway status` prints); per destination the throughput and p95
+// end-to-end latency over the last minutes.
+//
+// The page is plain HTML, CSS and JavaScript embedded in the binary: no
+// front-end build step. It polls GET /ui/api/status, a JSON Snapshot, every
+// Config.Refresh. Viewers share one read of the status source per Refresh,
+// and only the Config.TopK tenants with the most backlog are listed one by
+// one; the rest are summed in an "other" row, so ten thousand tenants do
+// not make a ten-thousand-row page.
+//
+// Throughput and latency come from a Sampler: it reads the sink runners'
+// Prometheus metrics (fairway_sink_applied_events_total and
+// fairway_sink_end_to_end_seconds, labelled by dest) from a
+// prometheus.Gatherer every few seconds and keeps a ring of samples, so it
+// needs no per-tenant labels and no Prometheus server. It works wherever the
+// sinks run in the same process (`fairway demo`); elsewhere the page says
+// "no data" for them.
+//
+// Users: `fairway serve` and the demo mount Dashboard on their HTTP server.
+package dashboard
