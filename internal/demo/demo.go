@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.BaseURL == "" || cfg.Out == nil || cfg.Tokens == nil {
 		return errors.New("demo: BaseURL, Out and Tokens are required")
 	}
-	stop := func() {}
+	var stop context.CancelFunc
 	if cfg.Duration > 0 {
 		ctx, stop = context.WithTimeout(ctx, cfg.Duration)
 	} else {

@@ -74,7 +74,7 @@ func cmpErr(a, b error) error {
 
 func benchStore(b *testing.B, tenants, callers int) (*tenancy.Store, *pgxpool.Pool) {
 	b.Helper()
-	st, _, dsn := setup(b, &tenancy.Config{DefaultMaxSlots: benchMaxSlots})
+	_, _, dsn := setup(b, &tenancy.Config{DefaultMaxSlots: benchMaxSlots})
 	pool := newPool(b, dsn, int32(callers+2))
 	st, err := tenancy.New(pool, &tenancy.Config{DefaultMaxSlots: benchMaxSlots})
 	if err != nil {

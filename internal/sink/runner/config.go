@@ -189,7 +189,7 @@ func (c *Config) validate() error {
 func validDest(dest string) error {
 	it := work.Item{Tenant: "x", Dest: dest, FromSeq: 1, ToSeq: 1, Count: 1, LeaseID: "x"}
 	if err := it.Validate(); err != nil {
-		return fmt.Errorf("Dest: %w", err)
+		return fmt.Errorf("destination: %w", err)
 	}
 	return nil
 }
