@@ -1,0 +1,421 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// Noisy-neighbor workload, all on real servers (embedded JetStream with
+// file storage, the local PostgreSQL):
+//
+//   - tenant "noisy" has FAIRWAY_BENCH_NOISY_EVENTS (default 1,000,000)
+//     events queued before the clock starts (published by 4 publishers);
+//   - 100 small tenants each publish 5 events/s for FAIRWAY_BENCH_WINDOW
+//     (default 20s) from the moment the clock starts;
+//   - one destination, 16 sink workers, apply time applyCost(n) = 1ms +
+//     20µs per event of a batch (a PostgreSQL upsert's round trip plus its
+//     per-row cost);
+//   - fairway: the dispatcher with its defaults (batch 500, Concurrency 4),
+//     slot limits noisy 4, small tenants 1; the fake sink reads each item's
+//     events back from PRODUCTS (as the real runner does), decodes them,
+//     applies, releases the lease, acks;
+//   - FIFO: the same events published the same way into a fresh server,
+//     consumed by one durable pull consumer on products.> by the same 16
+//     workers fetching up to 500 events, decoding them, applying
+//     (applyCost of the batch) and acking each message.
+//
+// Latency: for events published while the noisy backlog is still being
+// applied, fairway's is publish → the first work item covering the event
+// appears on WORK (a core subscription sees the publish); FIFO's is publish
+// → a worker receives the message. fair_take_p99_ms is fairway's publish →
+// a sink worker takes the item, the like-for-like figure to FIFO's.
+// Throughput: events applied from the clock start until the last noisy
+// event is applied, divided by that time. Both runs apply the same events.
+//
+// Run: go test -run '^$' -bench BenchmarkNoisyNeighbor -benchtime 1x ./internal/dispatch/
+func BenchmarkNoisyNeighbor(b *testing.B) {
+	cfg := noisyConfig{
+		noisyN:  envInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 1_000_000),
+		window:  envDuration(b, "FAIRWAY_BENCH_WINDOW", 20*time.Second),
+		small:   100,
+		perSec:  5,
+		workers: 16,
+	}
+	for i := range cfg.small {
+		cfg.smalls = append(cfg.smalls, fmt.Sprintf("s%03d", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	b.ResetTimer()
+	fair := runFair(b, ctx, cfg)
+	fifo := runFIFO(b, ctx, cfg)
+	b.StopTimer()
+
+	fairP99, fifoP99 := pct(fair.lat, 99), pct(fifo.lat, 99)
+	b.ReportMetric(pct(fair.lat, 50), "small_p50_ms")
+	b.ReportMetric(fairP99, "small_p99_ms")
+	b.ReportMetric(pct(fair.take, 99), "fair_take_p99_ms")
+	b.ReportMetric(pct(fifo.lat, 50), "fifo_small_p50_ms")
+	b.ReportMetric(fifoP99, "fifo_small_p99_ms")
+	if fairP99 > 0 {
+		b.ReportMetric(fifoP99/fairP99, "p99_ratio")
+	}
+	if tp := pct(fair.take, 99); tp > 0 {
+		b.ReportMetric(fifoP99/tp, "take_p99_ratio")
+	}
+	b.ReportMetric(fair.noisyPerSec, "fair_noisy_events_per_s")
+	b.ReportMetric(fair.totalPerSec, "fair_events_per_s")
+	b.ReportMetric(fifo.noisyPerSec, "fifo_noisy_events_per_s")
+	b.ReportMetric(fifo.totalPerSec, "fifo_events_per_s")
+	if fifo.totalPerSec > 0 {
+		b.ReportMetric(fair.totalPerSec/fifo.totalPerSec, "throughput_ratio")
+	}
+	b.ReportMetric(0, "ns/op")
+	for _, r := range []noisyResult{fair, fifo} {
+		b.Logf("%s: backlog of %d published in %v; drained in %v (noisy %.0f ev/s, total %.0f ev/s); "+
+			"small events %d published (%d late by >50ms), %d in the latency sample, %d never seen; "+
+			"latency p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; take p50 %.1fms p99 %.1fms (%d never taken); errors %d",
+			r.name, cfg.noisyN, r.publish.Round(time.Millisecond), r.drain.Round(time.Millisecond), r.noisyPerSec, r.totalPerSec,
+			r.published, r.late, len(r.lat), r.missing,
+			pct(r.lat, 50), pct(r.lat, 90), pct(r.lat, 99), pct(r.lat, 100), pct(r.take, 50), pct(r.take, 99), r.takeMissing, r.errs)
+	}
+}
+
+type noisyConfig struct {
+	noisyN  int
+	window  time.Duration
+	small   int
+	perSec  float64
+	workers int
+	smalls  []string
+}
+
+type noisyResult struct {
+	name        string
+	publish     time.Duration // publishing the noisy backlog (before the clock)
+	drain       time.Duration // clock start → last noisy event applied
+	noisyPerSec float64
+	totalPerSec float64
+	published   int   // small-tenant events
+	late        int64 // small-tenant publishes that started >50ms after their slot
+	lat         []time.Duration
+	missing     int
+	take        []time.Duration // fairway only: publish → a sink worker took the item
+	takeMissing int
+	errs        int64
+}
+
+const noisyTenant = "noisy"
+
+// finish waits for the trickle, the noisy drain and every small event to be
+// applied (or the deadline), then fills in throughput.
+func (r *noisyResult) finish(b *testing.B, ctx context.Context, cfg noisyConfig, t0 time.Time, tr *trickle, d *drain) (until, deadline time.Time) {
+	deadline = t0.Add(cfg.window + 100*time.Second)
+	select {
+	case <-tr.done:
+	case <-ctx.Done():
+	}
+	r.published, r.late = tr.count(), tr.late.Load()
+	if tr.errs.Load() > 0 {
+		b.Errorf("%s: %d small-tenant publishes failed", r.name, tr.errs.Load())
+	}
+	ok := waitUntil(ctx, deadline, func() bool {
+		select {
+		case <-d.done:
+			return d.small.Load() >= int64(r.published)
+		default:
+			return false
+		}
+	})
+	if !ok {
+		b.Errorf("%s: not finished %v after the clock started: noisy %d/%d applied, small %d/%d",
+			r.name, deadline.Sub(t0), d.noisy.Load(), cfg.noisyN, d.small.Load(), r.published)
+	}
+	until = deadline
+	select {
+	case <-d.done:
+		until = d.doneAt
+		r.drain = d.doneAt.Sub(t0)
+		r.noisyPerSec = float64(cfg.noisyN) / r.drain.Seconds()
+		r.totalPerSec = float64(int64(cfg.noisyN)+d.smallAtDone) / r.drain.Seconds()
+	default:
+	}
+	return until, deadline
+}
+
+func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
+	r := noisyResult{name: "fairway"}
+	e := newBenchEnv(b, ctx, true)
+	defer e.close()
+	admin := e.store()
+	setLimit := func(tenant string, limit int) {
+		if _, err := admin.EnsureTenant(ctx, tenant); err != nil {
+			b.Fatal(err)
+		}
+		if err := admin.SetLimit(ctx, tenant, tenancy.DestPostgres, limit); err != nil {
+			b.Fatal(err)
+		}
+	}
+	setLimit(noisyTenant, 4)
+	for _, s := range cfg.smalls {
+		setLimit(s, 1)
+	}
+	start := time.Now()
+	e.publishBulk(cfg.noisyN, 4, func(int) string { return noisyTenant })
+	r.publish = time.Since(start)
+
+	d := newDrain(cfg.noisyN)
+	obs := e.observeWork(tenancy.DestPostgres, func(t string) bool { return t != noisyTenant })
+	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, e.store(), noisyTenant, d)
+	defer sink.stop()
+	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher")},
+		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cyc := &grantCycle{tenant: noisyTenant}
+	disp.SetBeforeDispatch(cyc.before)
+	disp.SetAfterCommit(cyc.commit)
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+
+	t0 := time.Now()
+	wg.Go(func() {
+		if err := disp.Run(runCtx); err != nil {
+			b.Errorf("dispatcher: %v", err)
+		}
+	})
+	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
+	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
+	r.lat, r.missing = latencies(tr, until, deadline, obs.when)
+	r.take, r.takeMissing = latencies(tr, until, deadline, sink.takes.when)
+	r.errs = sink.errs.Load()
+	if r.errs > 0 {
+		b.Errorf("fairway: %d sink errors", r.errs)
+	}
+	b.Logf("fairway: noisy tenant's grants: %s", cyc)
+	return r
+}
+
+// grantCycle times the noisy tenant's grants through the dispatcher's test
+// hooks: grant → commit is the batched direct get plus tenancy.Dispatch;
+// commit → next grant is the work item's publish plus the scheduler's
+// turnaround. The dispatcher works one grant of a tenant at a time, so the
+// sum bounds that tenant's dispatch rate.
+type grantCycle struct {
+	tenant                 string
+	mu                     sync.Mutex
+	grants, commits        int
+	readCommit, commitNext time.Duration
+	lastGrant, lastCommit  time.Time
+}
+
+func (c *grantCycle) before(g scheduler.Grant) {
+	if g.Key.Tenant != c.tenant {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.grants++
+	if !c.lastCommit.IsZero() {
+		c.commitNext += now.Sub(c.lastCommit)
+		c.lastCommit = time.Time{}
+	}
+	c.lastGrant = now
+}
+
+func (c *grantCycle) commit(l tenancy.Lease) {
+	if l.Tenant != c.tenant {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.commits++
+	c.readCommit += now.Sub(c.lastGrant)
+	c.lastCommit = now
+}
+
+func (c *grantCycle) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.commits == 0 {
+		return fmt.Sprintf("%d grants, no commits", c.grants)
+	}
+	return fmt.Sprintf("%d grants, %d committed; grant → commit (read + Dispatch) avg %v, commit → next grant (publish + turnaround) avg %v",
+		c.grants, c.commits, (c.readCommit / time.Duration(c.commits)).Round(10*time.Microsecond),
+		(c.commitNext / time.Duration(max(c.commits-1, 1))).Round(10*time.Microsecond))
+}
+
+func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
+	r := noisyResult{name: "fifo"}
+	e := newBenchEnv(b, ctx, false)
+	defer e.close()
+	start := time.Now()
+	e.publishBulk(cfg.noisyN, 4, func(int) string { return noisyTenant })
+	r.publish = time.Since(start)
+	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := newDrain(cfg.noisyN)
+
+	t0 := time.Now()
+	pool := e.startFIFO(cfg.workers, 500, noisyTenant, d)
+	defer pool.stop()
+	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
+	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
+	r.lat, r.missing = latencies(tr, until, deadline, func(_ string, seq uint64) (time.Time, bool) {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		at, ok := pool.takes[seq]
+		return at, ok
+	})
+	r.errs = pool.errs.Load()
+	if r.errs > 0 {
+		b.Errorf("fifo: %d errors", r.errs)
+	}
+	return r
+}
+
+// BenchmarkManyTenants: FAIRWAY_BENCH_TENANTS (default 10,000) known
+// tenants (limit 1), each with 5 events queued before the dispatcher
+// starts; the fake sink of BenchmarkNoisyNeighbor (16 workers) applies.
+//
+//   - round1_s: dispatcher start → every tenant has had a work item (the
+//     startup scan included; scan_s is the scan alone);
+//   - round2_s: one more event published to every tenant (10,000 events, 4
+//     publishers; the publishing is inside the time) → every tenant has
+//     had its second item, woken by the doorbell;
+//   - items_per_s: tenants / round time;
+//   - rss_growth_MB: process VmRSS (/proc/self/status) after round 2 minus
+//     before the dispatcher started — the whole test process, embedded
+//     nats-server included; heap_growth_MB: runtime.MemStats.HeapAlloc
+//     after a GC, same two points; dispatcher_heap_MB: live heap with the
+//     dispatcher running minus right after it stopped (its own state).
+//
+// Run: go test -run '^$' -bench BenchmarkManyTenants -benchtime 1x ./internal/dispatch/
+func BenchmarkManyTenants(b *testing.B) {
+	n := envInt(b, "FAIRWAY_BENCH_TENANTS", 10_000)
+	const perTenant = 5
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	e := newBenchEnv(b, ctx, true)
+	defer e.close()
+	admin := e.store()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%05d", i)
+	}
+	setupStart := time.Now()
+	var wg sync.WaitGroup
+	next := make(chan string)
+	for range 8 {
+		wg.Go(func() {
+			for id := range next {
+				if _, err := admin.EnsureTenant(ctx, id); err != nil {
+					b.Error(err)
+				}
+				if err := admin.SetLimit(ctx, id, tenancy.DestPostgres, 1); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	for _, id := range ids {
+		next <- id
+	}
+	close(next)
+	wg.Wait()
+	tenantsTook := time.Since(setupStart)
+	pubStart := time.Now()
+	e.publishBulk(n*perTenant, 4, func(i int) string { return ids[i%n] })
+	pubTook := time.Since(pubStart)
+
+	obs := e.observeWork(tenancy.DestPostgres, func(string) bool { return true })
+	sink := e.startFakeSink(tenancy.DestPostgres, 16, e.store(), "-", newDrain(1))
+	defer sink.stop()
+	reg := prometheus.NewRegistry()
+	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg},
+		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rss0, heap0 := vmRSS(b), liveHeap()
+
+	b.ResetTimer()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	t0 := time.Now()
+	go func() {
+		defer close(done)
+		if err := disp.Run(runCtx); err != nil {
+			b.Errorf("dispatcher: %v", err)
+		}
+	}()
+	deadline := t0.Add(2 * time.Minute)
+	if !waitUntil(ctx, deadline, func() bool { return obs.tenants() >= n }) {
+		b.Errorf("round 1: %d of %d tenants dispatched in %v", obs.tenants(), n, time.Since(t0))
+	}
+	round1 := time.Since(t0)
+	t1 := time.Now()
+	e.publishBulk(n, 4, func(i int) string { return ids[i] })
+	pub2 := time.Since(t1)
+	if !waitUntil(ctx, t1.Add(2*time.Minute), func() bool { return obs.countAtLeast(2) >= n }) {
+		b.Errorf("round 2: %d of %d tenants got a second item in %v", obs.countAtLeast(2), n, time.Since(t1))
+	}
+	round2 := time.Since(t1)
+	b.StopTimer()
+	rss1, heap1 := vmRSS(b), liveHeap()
+	stop()
+	<-done
+	heap2 := liveHeap()
+
+	var scan float64
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "fairway_dispatcher_scan_seconds" && len(mf.GetMetric()) > 0 {
+			if h := mf.GetMetric()[0].GetHistogram(); h.GetSampleCount() > 0 {
+				scan = h.GetSampleSum() / float64(h.GetSampleCount())
+			}
+		}
+	}
+	const mb = 1 << 20
+	b.ReportMetric(round1.Seconds(), "round1_s")
+	b.ReportMetric(scan, "scan_s")
+	b.ReportMetric(float64(n)/round1.Seconds(), "round1_items_per_s")
+	b.ReportMetric(round2.Seconds(), "round2_s")
+	b.ReportMetric(float64(n)/round2.Seconds(), "round2_items_per_s")
+	b.ReportMetric((float64(rss1)-float64(rss0))/mb, "rss_growth_MB")
+	b.ReportMetric((float64(heap1)-float64(heap0))/mb, "heap_growth_MB")
+	b.ReportMetric((float64(heap1)-float64(heap2))/mb, "dispatcher_heap_MB")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("%d tenants created in %v, %d events published in %v; round 1 %v (scan %.2fs), round 2 %v (its publish %v); "+
+		"VmRSS %d → %d MB; live heap %d → %d MB, %d MB after the dispatcher stopped; sink errors %d",
+		n, tenantsTook.Round(time.Millisecond), n*perTenant, pubTook.Round(time.Millisecond),
+		round1.Round(time.Millisecond), scan, round2.Round(time.Millisecond), pub2.Round(time.Millisecond),
+		rss0/mb, rss1/mb, heap0/mb, heap1/mb, heap2/mb, sink.errs.Load())
+	if sink.errs.Load() > 0 {
+		b.Errorf("%d sink errors", sink.errs.Load())
+	}
+}

@@ -1,0 +1,610 @@
+package dispatch_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// Helpers of the benchmarks in noisy_bench_test.go. Unlike setup, a
+// benchEnv is closed by the benchmark itself, so that two runs in one
+// benchmark (fairway, then the FIFO baseline) never share a server.
+
+// benchPayload is a realistic small product body (~110 bytes).
+var benchPayload = []byte(`{"name":"Espresso machine","price":{"amount":41900,"currency":"EUR"},"tags":["kitchen","coffee"],"stock":17}`)
+
+// benchEnv is one fresh embedded JetStream server with PRODUCTS (and WORK),
+// plus, when asked, a fresh migrated PostgreSQL database. Each component
+// (publishers, dispatcher, sinks, observers) gets its own connection and
+// pool, as separate processes would.
+type benchEnv struct {
+	tb    testing.TB
+	ctx   context.Context
+	srv   *server.Server
+	dsn   string
+	mu    sync.Mutex
+	conns []*nats.Conn
+	pools []*pgxpool.Pool
+}
+
+func newBenchEnv(tb testing.TB, ctx context.Context, withPG bool) *benchEnv {
+	tb.Helper()
+	e := &benchEnv{tb: tb, ctx: ctx}
+	if withPG {
+		e.dsn = testenv.NewDatabase(tb)
+		if _, err := migrate.Up(ctx, e.dsn); err != nil {
+			tb.Fatalf("migrate: %v", err)
+		}
+	}
+	e.srv = testenv.NATSServer(tb, tb.TempDir())
+	js := e.js(e.conn("admin"))
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+	if withPG {
+		if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return e
+}
+
+// conn opens a new client connection, closed by close.
+func (e *benchEnv) conn(name string) *nats.Conn {
+	e.tb.Helper()
+	nc, err := nats.Connect(e.srv.ClientURL(), nats.Name(name))
+	if err != nil {
+		e.tb.Fatalf("connect %s: %v", name, err)
+	}
+	e.mu.Lock()
+	e.conns = append(e.conns, nc)
+	e.mu.Unlock()
+	return nc
+}
+
+func (e *benchEnv) js(nc *nats.Conn) jetstream.JetStream {
+	e.tb.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return js
+}
+
+// store opens a new pool (pgxpool defaults, as cmd/dispatcher and
+// cmd/sinks do) and a Store on it.
+func (e *benchEnv) store() *tenancy.Store {
+	e.tb.Helper()
+	pool, err := pgxpool.New(e.ctx, e.dsn)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	e.mu.Lock()
+	e.pools = append(e.pools, pool)
+	e.mu.Unlock()
+	st, err := tenancy.New(pool, &tenancy.Config{LeaseTTL: time.Minute})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return st
+}
+
+// close closes every connection and pool and shuts the server down (the
+// test cleanup of testenv.NATSServer then finds it stopped).
+func (e *benchEnv) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, nc := range e.conns {
+		nc.Close()
+	}
+	for _, p := range e.pools {
+		p.Close()
+	}
+	e.conns, e.pools = nil, nil
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+var benchProductN atomic.Int64
+
+func benchEvent(tenant string) events.Event {
+	return events.Event{Tenant: tenant, ProductID: "p" + strconv.FormatInt(benchProductN.Add(1), 10), Version: 1,
+		Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: benchPayload}
+}
+
+// publishBulk publishes n events with publishers goroutines, each with its
+// own connection and events.Publisher; tenantOf(i) names event i's tenant.
+func (e *benchEnv) publishBulk(n, publishers int, tenantOf func(i int) string) {
+	e.tb.Helper()
+	const chunk = 5000
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for p := range publishers {
+		pub, err := events.NewPublisher(e.js(e.conn(fmt.Sprintf("bulk-%d", p))))
+		if err != nil {
+			e.tb.Fatal(err)
+		}
+		wg.Go(func() {
+			evs := make([]events.Event, 0, chunk)
+			for {
+				off := int(next.Add(chunk)) - chunk
+				if off >= n {
+					return
+				}
+				evs = evs[:0]
+				for i := off; i < min(n, off+chunk); i++ {
+					evs = append(evs, benchEvent(tenantOf(i)))
+				}
+				for _, r := range pub.Publish(e.ctx, evs) {
+					if r.Err != nil {
+						errs <- r.Err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		e.tb.Fatalf("publish: %v", err)
+	}
+}
+
+// pubRec is one small-tenant event: its PRODUCTS sequence and when its
+// publish began.
+type pubRec struct {
+	seq uint64
+	at  time.Time
+}
+
+// trickle publishes perSec events per second for each tenant from start
+// until start+d, each tenant on its own schedule with a random phase, and
+// records every event's sequence and publish time.
+type trickle struct {
+	mu   sync.Mutex
+	pubs map[string][]pubRec
+	errs atomic.Int64
+	late atomic.Int64 // publishes that began more than 50ms after their slot
+	done chan struct{}
+}
+
+func startTrickle(ctx context.Context, pub *events.Publisher, tenants []string, perSec float64, start time.Time, d time.Duration) *trickle {
+	tr := &trickle{pubs: map[string][]pubRec{}, done: make(chan struct{})}
+	every := time.Duration(float64(time.Second) / perSec)
+	var wg sync.WaitGroup
+	for _, tenant := range tenants {
+		phase := rand.N(every)
+		wg.Go(func() {
+			var recs []pubRec
+			for k := 0; ; k++ {
+				due := start.Add(phase + time.Duration(k)*every)
+				if due.Sub(start) >= d {
+					break
+				}
+				if w := time.Until(due); w > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(w):
+					}
+				}
+				at := time.Now()
+				if at.Sub(due) > 50*time.Millisecond {
+					tr.late.Add(1)
+				}
+				r := pub.PublishOne(ctx, benchEvent(tenant))
+				if r.Err != nil {
+					tr.errs.Add(1)
+					continue
+				}
+				recs = append(recs, pubRec{r.Seq, at})
+			}
+			tr.mu.Lock()
+			tr.pubs[tenant] = recs
+			tr.mu.Unlock()
+		})
+	}
+	go func() { wg.Wait(); close(tr.done) }()
+	return tr
+}
+
+func (tr *trickle) count() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, rs := range tr.pubs {
+		n += len(rs)
+	}
+	return n
+}
+
+// seen is a work item as an observer or a sink worker saw it, and when.
+type seen struct {
+	from, to uint64
+	at       time.Time
+}
+
+// itemLog records, per tenant, work items in the order they were seen.
+type itemLog struct {
+	mu    sync.Mutex
+	items map[string][]seen
+}
+
+func newItemLog() *itemLog { return &itemLog{items: map[string][]seen{}} }
+
+func (l *itemLog) add(it work.Item, at time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.items[it.Tenant] = append(l.items[it.Tenant], seen{it.FromSeq, it.ToSeq, at})
+	return len(l.items)
+}
+
+func (l *itemLog) tenants() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.items)
+}
+
+// countAtLeast counts tenants with at least n items.
+func (l *itemLog) countAtLeast(n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := 0
+	for _, s := range l.items {
+		if len(s) >= n {
+			c++
+		}
+	}
+	return c
+}
+
+// when returns when the first item covering seq of tenant was seen.
+func (l *itemLog) when(tenant string, seq uint64) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.items[tenant] {
+		if s.from <= seq && seq <= s.to {
+			return s.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// observeWork records every work item published on work.<dest>.> as it
+// appears (a core subscription: it sees each publish, not the stored copy).
+func (e *benchEnv) observeWork(dest string, keep func(tenant string) bool) *itemLog {
+	e.tb.Helper()
+	l := newItemLog()
+	nc := e.conn("observer")
+	sub, err := nc.Subscribe(work.FilterSubject(dest), func(m *nats.Msg) {
+		at := time.Now()
+		it, err := work.Decode(m.Data)
+		if err != nil || !keep(it.Tenant) {
+			return
+		}
+		l.add(it, at)
+	})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		e.tb.Fatal(err)
+	}
+	return l
+}
+
+// applyCost is the simulated apply time of a batch of n events: a round
+// trip plus a per-row cost, like a PostgreSQL upsert (DESIGN.md: ~50k
+// rows/s per writer, i.e. 20µs a row).
+func applyCost(n int) time.Duration { return time.Millisecond + time.Duration(n)*20*time.Microsecond }
+
+// drain tracks the noisy tenant's backlog being applied: done closes when
+// noisyN noisy events have been applied; smallAtDone is how many
+// small-tenant events had been applied by then.
+type drain struct {
+	noisyN      int64
+	noisy       atomic.Int64
+	small       atomic.Int64
+	once        sync.Once
+	done        chan struct{}
+	doneAt      time.Time
+	smallAtDone int64
+}
+
+func newDrain(noisyN int) *drain { return &drain{noisyN: int64(noisyN), done: make(chan struct{})} }
+
+func (d *drain) applied(noisy, small int) {
+	d.small.Add(int64(small))
+	if noisy > 0 && d.noisy.Add(int64(noisy)) >= d.noisyN {
+		d.once.Do(func() {
+			d.doneAt = time.Now()
+			d.smallAtDone = d.small.Load()
+			close(d.done)
+		})
+	}
+}
+
+// fakeSink consumes WORK with a fixed pool of workers. Each worker fetches
+// one item, reads its events from PRODUCTS (what the real runner does
+// before Apply), decodes them, holds for applyCost(Count), releases the
+// lease and acks. takes logs when a worker took each small tenant's items.
+type fakeSink struct {
+	takes  *itemLog
+	d      *drain
+	ranges sync.Map // msg id without token -> true: re-dispatches are not counted twice
+	errs   atomic.Int64
+	stop   func()
+}
+
+func (e *benchEnv) startFakeSink(dest string, workers int, st *tenancy.Store, noisy string, d *drain) *fakeSink {
+	e.tb.Helper()
+	nc := e.conn("sink")
+	js := e.js(nc)
+	rd := work.NewReader(nc, events.StreamName)
+	cons, err := js.CreateOrUpdateConsumer(e.ctx, work.StreamName, jetstream.ConsumerConfig{
+		Durable: "sink-" + dest, FilterSubject: work.FilterSubject(dest),
+		AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 10_000, AckWait: time.Minute,
+	})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	s := &fakeSink{takes: newItemLog(), d: d}
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				batch, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+				if err != nil {
+					continue
+				}
+				for m := range batch.Messages() {
+					s.apply(ctx, m, st, rd, noisy)
+				}
+			}
+		})
+	}
+	s.stop = func() { cancel(); wg.Wait() }
+	return s
+}
+
+func (s *fakeSink) apply(ctx context.Context, m jetstream.Msg, st *tenancy.Store, rd *work.Reader, noisy string) {
+	at := time.Now()
+	it, err := work.Decode(m.Data())
+	if err != nil {
+		s.errs.Add(1)
+		_ = m.Term()
+		return
+	}
+	if it.Tenant != noisy {
+		s.takes.add(it, at)
+	}
+	stored, err := rd.ReadRange(ctx, it)
+	if err != nil {
+		s.errs.Add(1)
+	}
+	for _, ev := range stored {
+		if _, err := events.Decode(ev.Data); err != nil {
+			s.errs.Add(1)
+		}
+	}
+	time.Sleep(applyCost(it.Count))
+	if err := st.Release(context.WithoutCancel(ctx), it.LeaseID, it.Token); err != nil && !isStale(err) {
+		s.errs.Add(1)
+	}
+	_ = m.Ack()
+	key := fmt.Sprintf("%s/%d-%d", it.Tenant, it.FromSeq, it.ToSeq)
+	if _, dup := s.ranges.LoadOrStore(key, true); dup {
+		return
+	}
+	if it.Tenant == noisy {
+		s.d.applied(it.Count, 0)
+	} else {
+		s.d.applied(0, it.Count)
+	}
+}
+
+// fifoPool is the baseline: one durable pull consumer on products.> shared
+// by a pool of workers, no dispatcher, no slots. Each worker fetches up to
+// batch events, decodes them, holds for applyCost(n) and acks each message
+// (AckExplicit: a shared pool must not ack other workers' messages).
+// takes records when a worker took each small-tenant event, by sequence.
+type fifoPool struct {
+	mu    sync.Mutex
+	takes map[uint64]time.Time
+	errs  atomic.Int64
+	stop  func()
+}
+
+func (e *benchEnv) startFIFO(workers, batch int, noisy string, d *drain) *fifoPool {
+	e.tb.Helper()
+	js := e.js(e.conn("fifo"))
+	cons, err := js.CreateOrUpdateConsumer(e.ctx, events.StreamName, jetstream.ConsumerConfig{
+		Durable: "fifo", FilterSubject: events.SubjectWildcard, DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 2 * workers * batch, AckWait: time.Minute,
+	})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	f := &fifoPool{takes: map[uint64]time.Time{}}
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			msgs := make([]jetstream.Msg, 0, batch)
+			type take struct {
+				seq uint64
+				at  time.Time
+			}
+			var takes []take
+			for ctx.Err() == nil {
+				b, err := cons.Fetch(batch, jetstream.FetchMaxWait(100*time.Millisecond))
+				if err != nil {
+					continue
+				}
+				msgs, takes = msgs[:0], takes[:0]
+				noisyN, smallN := 0, 0
+				for m := range b.Messages() {
+					at := time.Now()
+					msgs = append(msgs, m)
+					ev, err := events.Decode(m.Data())
+					if err != nil {
+						f.errs.Add(1)
+						continue
+					}
+					if ev.Tenant == noisy {
+						noisyN++
+						continue
+					}
+					smallN++
+					md, err := m.Metadata()
+					if err != nil {
+						f.errs.Add(1)
+						continue
+					}
+					takes = append(takes, take{md.Sequence.Stream, at})
+				}
+				if len(msgs) == 0 {
+					continue
+				}
+				if len(takes) > 0 {
+					f.mu.Lock()
+					for _, t := range takes {
+						f.takes[t.seq] = t.at
+					}
+					f.mu.Unlock()
+				}
+				time.Sleep(applyCost(len(msgs)))
+				for _, m := range msgs {
+					_ = m.Ack()
+				}
+				d.applied(noisyN, smallN)
+			}
+		})
+	}
+	f.stop = func() { cancel(); wg.Wait() }
+	return f
+}
+
+// latencies returns, for every event tr published before until, the time
+// from its publish to when (seen) it was dispatched or taken. missing
+// counts events never seen; they count as seen at deadline.
+func latencies(tr *trickle, until, deadline time.Time, when func(tenant string, seq uint64) (time.Time, bool)) (ds []time.Duration, missing int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for tenant, recs := range tr.pubs {
+		for _, r := range recs {
+			if !r.at.Before(until) {
+				continue
+			}
+			at, ok := when(tenant, r.seq)
+			if !ok {
+				missing++
+				at = deadline
+			}
+			ds = append(ds, at.Sub(r.at))
+		}
+	}
+	slices.Sort(ds)
+	return ds, missing
+}
+
+// pct is the nearest-rank percentile p (0..100) of sorted ds, in ms.
+func pct(ds []time.Duration, p float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(float64(len(ds))*p/100+0.5) - 1
+	i = max(0, min(len(ds)-1, i))
+	return float64(ds[i].Microseconds()) / 1000
+}
+
+// envDuration / envInt read a benchmark knob from the environment.
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func envDuration(tb testing.TB, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		tb.Fatalf("%s=%q: want a positive duration", name, v)
+	}
+	return d
+}
+
+// vmRSS is the process's resident set size in bytes (/proc/self/status).
+func vmRSS(tb testing.TB) uint64 {
+	tb.Helper()
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return kb * 1024
+		}
+	}
+	tb.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// liveHeap is the heap in use after a full GC.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// waitUntil polls cond every 10ms until it holds (true) or deadline passes.
+func waitUntil(ctx context.Context, deadline time.Time, cond func() bool) bool {
+	for !cond() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
