@@ -39,7 +39,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 1m)
 .PHONY: bench
 bench: services ## Run the benchmarks against the real servers and write .bench/results.md
 	@mkdir -p .bench
-	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m $(PKGS) | tee .bench/raw.txt
+	@$(WITH_ENV) $(GO) test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m $(PKGS) | tee .bench/raw.txt
 	@$(GO) run ./internal/benchtable < .bench/raw.txt > .bench/results.md
 	@cat .bench/results.md
 
