@@ -172,8 +172,10 @@ func TestNetworkFailures(t *testing.T) {
 		}()
 		return "http://" + l.Addr().String() + "/hook"
 	}
+	// A peer that closes the connection shows as a reset, an EOF, or — when
+	// the close wins the race with our write — a broken pipe.
 	isReset := func(err error) bool {
-		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 	}
 	for _, tc := range []struct {
 		name    string
