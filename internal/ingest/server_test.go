@@ -226,6 +226,8 @@ func TestDuplicateIdempotencyKeyIsStoredOnce(t *testing.T) {
 func TestBadEventsAreReportedAndNeighboursStored(t *testing.T) {
 	t.Parallel()
 	f := setup(t, ingest.Config{Limits: events.Limits{MaxPayloadBytes: 1024}})
+	deep := `{"product_id":"deep","version":1,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":{"a":` +
+		strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}}`
 	big := fmt.Sprintf(`{"product_id":"big","version":1,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":{"x":"%s"}}`, strings.Repeat("y", 2000))
 	cases := []struct {
 		name, bad, wantErr string
@@ -234,6 +236,7 @@ func TestBadEventsAreReportedAndNeighboursStored(t *testing.T) {
 		{"unknown op", `{"product_id":"x","version":1,"op":"upsrt","occurred_at":"2026-11-20T10:00:00Z","payload":{}}`, "upsrt"},
 		{"missing version", `{"product_id":"x","op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":{}}`, "version"},
 		{"oversized payload", big, "payload"},
+		{"deeply nested payload", deep, "deeper than 64"},
 		{"payload not an object", `{"product_id":"x","version":1,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":[1]}`, "payload"},
 		{"other tenant in body", `{"tenant":"globex","product_id":"x","version":1,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":{}}`, "tenant"},
 	}
