@@ -5,7 +5,7 @@
 // range of PRODUCTS sequences, not the events themselves: sinks read the
 // events back from PRODUCTS with batched direct gets (Reader), so event
 // bodies are stored once. Nats-Msg-Id is Item.MsgID(), which includes the
-// lease's fencing token: a re-sent Item (a dispatcher retrying its own
+// lease (slot and fencing token): a re-sent Item (a dispatcher retrying its own
 // publish) is a duplicate JetStream drops, while a replay of the same range
 // under a new lease is new work.
 //

@@ -89,8 +89,11 @@ func Subject(dest, tenant string) string {
 func FilterSubject(dest string) string { return SubjectPrefix + "." + dest + ".>" }
 
 // MsgID makes a re-sent item a duplicate and a replayed range new work.
+// It is the range under the lease: the lease id names the slot and its
+// fencing token, and a token alone is not unique (each slot of a pair
+// counts its own), so two leases of one pair must not share an id.
 func (it Item) MsgID() string {
-	return fmt.Sprintf("%s/%s/%d-%d/%d", it.Dest, it.Tenant, it.FromSeq, it.ToSeq, it.Token)
+	return fmt.Sprintf("%s/%d-%d", it.LeaseID, it.FromSeq, it.ToSeq)
 }
 
 // Msg returns the message that hands it off.

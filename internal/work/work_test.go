@@ -48,7 +48,7 @@ func TestItemValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Subject != "work.b2b:partner-1.acme" || m.Header.Get("Nats-Msg-Id") != "b2b:partner-1/acme/3-9/1" {
+	if m.Subject != "work.b2b:partner-1.acme" || m.Header.Get("Nats-Msg-Id") != "acme/postgres/0/1/3-9" {
 		t.Fatalf("subject %q msg id %q", m.Subject, m.Header.Get("Nats-Msg-Id"))
 	}
 	back, err := work.Decode(m.Data)
@@ -68,7 +68,7 @@ func TestWorkStreamDedup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it := work.Item{Tenant: "acme", Dest: "clickhouse", FromSeq: 1, ToSeq: 5, Count: 5, LeaseID: "l", Token: 7}
+	it := work.Item{Tenant: "acme", Dest: "clickhouse", FromSeq: 1, ToSeq: 5, Count: 5, LeaseID: "acme/clickhouse/0/7", Token: 7}
 	send := func(it work.Item) *jetstream.PubAck {
 		m, err := it.Msg()
 		if err != nil {
@@ -83,13 +83,19 @@ func TestWorkStreamDedup(t *testing.T) {
 	if send(it).Duplicate || !send(it).Duplicate {
 		t.Fatal("a re-sent item must be a duplicate")
 	}
-	it.Token = 8
+	// A new lease — the next token of the slot, or the same token on
+	// another slot of the pair (each slot counts its own) — is new work.
+	it.LeaseID, it.Token = "acme/clickhouse/0/8", 8
 	if send(it).Duplicate {
 		t.Fatal("the same range under a new lease is new work")
 	}
+	it.LeaseID, it.Token = "acme/clickhouse/1/7", 7
+	if send(it).Duplicate {
+		t.Fatal("the same range and token on another slot is new work")
+	}
 	info, _ := s.Info(ctx)
-	if info.State.Msgs != 2 {
-		t.Fatalf("WORK holds %d messages, want 2", info.State.Msgs)
+	if info.State.Msgs != 3 {
+		t.Fatalf("WORK holds %d messages, want 3", info.State.Msgs)
 	}
 }
 
