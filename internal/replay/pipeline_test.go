@@ -153,10 +153,10 @@ func startPipeline(t *testing.T, tenants []string) *pipeline {
 	errs := make(chan error, 4)
 	wg.Go(func() { errs <- d.Run(runCtx) })
 	for _, s := range []sink.Sink{pg, chs, bs} {
-		// AckWait 5s: with the 30s default, about half the runs stalled
-		// ~30s before one work item was applied (cause not found yet).
+		// Default AckWait (30 s): this test once found 30 s stalls, from
+		// fetches that stopped listening before the server's expiry.
 		r, err := runner.New(ctx, runner.Deps{JetStream: js, Sink: tracker.Wrap(s), Leases: store, Registry: reg},
-			&runner.Config{FetchWait: 100 * time.Millisecond, AckWait: 5 * time.Second})
+			&runner.Config{FetchWait: 100 * time.Millisecond})
 		if err != nil {
 			stop()
 			wg.Wait()
