@@ -139,10 +139,11 @@ func TestRedispatch(t *testing.T) {
 
 	const racers = 8
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		won   []tenancy.Lease
-		stale int
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		won     []tenancy.Lease
+		stale   int
+		atLimit int
 	)
 	for range racers {
 		wg.Go(func() {
@@ -154,14 +155,29 @@ func TestRedispatch(t *testing.T) {
 				won = append(won, l)
 			case errors.Is(err, tenancy.ErrStaleLease):
 				stale++
+			case errors.Is(err, tenancy.ErrAtLimit):
+				// It deleted the orphan first but another racer held the
+				// only free slot's row lock (SKIP LOCKED): it rolls back,
+				// the orphan stays for the winner. Benign, and the
+				// dispatcher retries later.
+				atLimit++
 			default:
 				t.Errorf("redispatch: %v", err)
 			}
 		})
 	}
 	wg.Wait()
-	if len(won) != 1 || stale != racers-1 {
-		t.Fatalf("%d redispatches won, %d stale; want 1 and %d", len(won), stale, racers-1)
+	if len(won) > 1 || len(won)+stale+atLimit != racers {
+		t.Fatalf("%d redispatches won, %d stale, %d at limit; want at most 1 winner", len(won), stale, atLimit)
+	}
+	if len(won) == 0 {
+		// Every orphan holder found the slot row locked by a racer that
+		// had lost the orphan: the orphan is still there for the next try.
+		l, err := st.Redispatch(ctx, os[0], "r")
+		if err != nil {
+			t.Fatalf("redispatch after a race without a winner: %v", err)
+		}
+		won = append(won, l)
 	}
 	l := won[0]
 	if l.FromSeq != 1 || l.ToSeq != 10 || l.Token <= dead.Token || l.ExpiresAt.IsZero() {
