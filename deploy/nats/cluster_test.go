@@ -157,8 +157,27 @@ func TestCluster(t *testing.T) {
 	}
 
 	// publisher-acme on n2 publishes through the service import.
+	// Right after the stream is created, the tenant account's service
+	// import may not have reached n2 over the routes yet ("no response from
+	// stream"): retry; the idempotency key makes a repeat a duplicate.
 	pub := connect(t, srvs[1].ClientURL(), "publisher-acme")
-	seq := pub.publishEvent(ctx, testEvent("acme", "sku-9", 4))
+	var seq uint64
+	p, err := events.NewPublisher(pub.js, events.WithAckTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		res := p.PublishOne(ctx, testEvent("acme", "sku-9", 4))
+		if res.Err == nil && res.Seq > 0 {
+			seq = res.Seq
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publisher-acme: publish on n2: %+v", res)
+		}
+		time.Sleep(100 * time.Millisecond) // retry interval
+	}
 	pub.denyJSPublish("products.globex.upsert")
 	pub.denyPublish("work.postgres.acme")
 	pub.denyPublish("$JS.API.STREAM.CREATE.EVIL")
