@@ -256,7 +256,7 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 	}
 	cfg.Footer = "dashboard: " + cfg.BaseURL + dashboard.Path + "/   metrics: " + cfg.BaseURL + "/metrics   logs: " + logFile.Name()
 	fmt.Fprintf(c.out, "fairway demo: ingest %s, embedded JetStream %s, PostgreSQL %s, ClickHouse %s/%s, partner %s\n",
-		cfg.BaseURL, ns.ClientURL(), redactDSN(dsn), chAddr, demoDB, receiver.URL())
+		cfg.BaseURL, ns.ClientURL(), bootstrap.RedactURL(dsn), chAddr, demoDB, receiver.URL())
 	fmt.Fprintf(c.out, "dashboard: %s%s/\n", cfg.BaseURL, dashboard.Path)
 	runErr := demo.Run(ctx, cfg)
 
@@ -335,12 +335,4 @@ func recreateClickHouse(ctx context.Context, addr string) error {
 		return fmt.Errorf("ClickHouse at %s: %w (start it with make services, or set CLICKHOUSE_ADDR)", addr, err)
 	}
 	return nil
-}
-
-func redactDSN(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "<dsn>"
-	}
-	return u.Redacted()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/internal/work"
 )
@@ -64,7 +65,7 @@ func (c *cli) statusCmd() *cobra.Command {
 func (c *cli) jetstream() (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(c.natsURL, nats.Name("fairway-cli"), nats.Timeout(5*time.Second))
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (set NATS_URL or --nats-url)", redactDSN(c.natsURL), err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (set NATS_URL or --nats-url)", bootstrap.RedactURL(c.natsURL), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -29,14 +29,14 @@ func ConnectNATS(ctx context.Context, url, name string, log *slog.Logger) (*nats
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
 	}
 	// RetryOnFailedConnect returns at once; wait for the first connection.
 	for !nc.IsConnected() {
 		select {
 		case <-ctx.Done():
 			nc.Close()
-			return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), ctx.Err())
+			return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
