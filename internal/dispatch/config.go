@@ -17,6 +17,7 @@ const (
 	BatchSizeDefault       = 500
 	BatchSizeMax           = 10_000
 	ConcurrencyDefault     = 4
+	GrantBatchesDefault    = 4
 	PollIntervalDefault    = 30 * time.Second
 	RecoverIntervalDefault = 5 * time.Second
 	PublishTimeoutDefault  = 10 * time.Second
@@ -45,8 +46,19 @@ type Config struct {
 	// gets w full batches per round.
 	Quantum int64
 
-	// Concurrency is how many batches one destination dispatches at once
-	// (for different tenants: one tenant's batches are dispatched one at a
+	// GrantBatches is the most batches one grant may dispatch: the events
+	// are read in one direct get, the slots taken and the cursor moved in
+	// one PostgreSQL statement (tenancy.DispatchMany), and the work items
+	// published together, one per batch. A grant holds at most the
+	// tenant's credit (Quantum·weight events), except that a tenant alone
+	// in the destination may take up to GrantBatches rounds' credit at
+	// once (scheduler.Config.LoneRounds): nobody waits for those rounds.
+	// 1 dispatches batch by batch. Default 4, at most
+	// tenancy.DispatchManyMax.
+	GrantBatches int
+
+	// Concurrency is how many grants one destination dispatches at once
+	// (for different tenants: one tenant's grants are dispatched one at a
 	// time). When a destination has more ready tenants than this, they wait
 	// in weighted round-robin order. Default 4.
 	Concurrency int
@@ -104,6 +116,7 @@ func (c *Config) WithDefaults() *Config {
 	}
 	out.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	out.Quantum = cmp.Or(c.Quantum, int64(out.BatchSize))
+	out.GrantBatches = cmp.Or(c.GrantBatches, GrantBatchesDefault)
 	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	out.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	out.RecoverInterval = cmp.Or(c.RecoverInterval, RecoverIntervalDefault)
@@ -137,6 +150,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.BatchSize < 1 || c.BatchSize > BatchSizeMax:
 		return fmt.Errorf("%w: BatchSize %d not in [1, %d]", ErrInvalidConfig, c.BatchSize, BatchSizeMax)
+	case c.GrantBatches < 1 || c.GrantBatches > tenancy.DispatchManyMax:
+		return fmt.Errorf("%w: GrantBatches %d not in [1, %d]", ErrInvalidConfig, c.GrantBatches, tenancy.DispatchManyMax)
 	case c.Quantum < 1:
 		return fmt.Errorf("%w: Quantum %d < 1", ErrInvalidConfig, c.Quantum)
 	case c.Concurrency < 1:

@@ -113,10 +113,12 @@ func (x *destination) gauges(inFlight int) {
 }
 
 // dispatch carries out one grant: read the tenant's next events (sequence
-// numbers only), take a slot and move the cursor in one transaction
-// (tenancy.Dispatch), publish the work item, and report to the scheduler.
-// A crash after the commit and before the publish leaves a batch lease that
-// nobody extends: it expires, becomes an orphan and is re-dispatched.
+// numbers only), cut them into batches of at most BatchSize, take a slot
+// per batch and move the cursor in one statement (tenancy.DispatchMany:
+// as many batches as the tenant has free slots), publish one work item per
+// batch, and report to the scheduler. A crash after the commit and before
+// a publish leaves a batch lease that nobody extends: it expires, becomes
+// an orphan and is re-dispatched.
 func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	d := x.d
 	k := g.Key
@@ -148,17 +150,14 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		x.finish(k, from, 0, 0, bells)
 		return
 	}
-	to := b.Msgs[len(b.Msgs)-1].Seq
-	lease, err := d.st.Dispatch(ctx, k.Tenant, x.name, d.cfg.Holder, from, to)
+	ranges, counts := cut(from, b.Msgs, d.cfg.BatchSize)
+	leases, err := d.st.DispatchMany(ctx, k.Tenant, x.name, d.cfg.Holder, ranges)
 	switch {
 	case errors.Is(err, tenancy.ErrAtLimit):
 		d.m.atLimit.WithLabelValues(x.name).Inc()
 		x.mu.Lock()
 		ts.granted = false
-		if ts.gen == gen { // no release since we looked: wait for one
-			ts.blocked = true
-			x.sched.SetBlocked(k, true)
-		}
+		x.blockUnlessReleased(k, ts, gen)
 		_ = x.sched.Done(k, 0, 0)
 		x.mu.Unlock()
 		return
@@ -179,24 +178,67 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		return
 	}
 	if h := d.hooks.afterCommit; h != nil {
-		h(lease)
+		h(leases)
 	}
-	it := work.Item{
-		Tenant: k.Tenant, Dest: x.name, FromSeq: from, ToSeq: to, Count: len(b.Msgs),
-		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(),
-	}
-	if err := d.publish(ctx, it); err != nil {
-		d.log.Warn("work item not published; handing the batch back", "item", it.MsgID(), "err", err)
-		d.m.errors.WithLabelValues(x.name, "publish").Inc()
-		d.handBack(lease)
-	} else {
-		d.m.items.WithLabelValues(x.name).Inc()
-		d.m.events.WithLabelValues(x.name).Add(float64(len(b.Msgs)))
-		if t := b.Msgs[0].Time; !t.IsZero() {
-			d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(t).Seconds())
+	now := d.cfg.Clock().UTC()
+	var (
+		wg   sync.WaitGroup
+		sent int
+	)
+	for i, l := range leases {
+		sent += counts[i]
+		it := work.Item{
+			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i],
+			LeaseID: l.ID, Token: l.Token, DispatchedAt: now,
 		}
+		wg.Go(func() {
+			if err := d.publish(ctx, it); err != nil {
+				d.log.Warn("work item not published; handing the batch back", "item", it.MsgID(), "err", err)
+				d.m.errors.WithLabelValues(x.name, "publish").Inc()
+				d.handBack(l)
+				return
+			}
+			d.m.items.WithLabelValues(x.name).Inc()
+			d.m.events.WithLabelValues(x.name).Add(float64(it.Count))
+		})
 	}
-	x.finish(k, to+1, len(b.Msgs), b.Pending, bells)
+	wg.Wait()
+	if t := b.Msgs[0].Time; !t.IsZero() {
+		d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(t).Seconds())
+	}
+	next := leases[len(leases)-1].ToSeq + 1
+	pending := b.Pending + uint64(len(b.Msgs)-sent) // batches that found no slot wait again
+	if len(leases) < len(ranges) {
+		d.m.atLimit.WithLabelValues(x.name).Inc()
+		x.mu.Lock()
+		x.blockUnlessReleased(k, ts, gen)
+		x.mu.Unlock()
+	}
+	x.finish(k, next, sent, pending, bells)
+}
+
+// blockUnlessReleased marks k blocked at its slot limit, unless one of its
+// slots was released since the grant began (gen moved on): that release's
+// wake-up has already come and gone. x.mu must be held.
+func (x *destination) blockUnlessReleased(k scheduler.Key, ts *tenantState, gen uint64) {
+	if ts.gen == gen {
+		ts.blocked = true
+		x.sched.SetBlocked(k, true)
+	}
+}
+
+// cut splits a read (in sequence order, starting at or after from) into
+// batches of at most size events. Each range ends at its last event and the
+// next starts right after it, so the ranges tile from..last with the other
+// tenants' sequences in between; counts[i] is range i's number of events.
+func cut(from uint64, msgs []work.Stored, size int) (ranges []tenancy.Range, counts []int) {
+	for i := 0; i < len(msgs); i += size {
+		j := min(i+size, len(msgs))
+		ranges = append(ranges, tenancy.Range{From: from, To: msgs[j-1].Seq})
+		counts = append(counts, j-i)
+		from = msgs[j-1].Seq + 1
+	}
+	return ranges, counts
 }
 
 // finish reports a grant's outcome: n events dispatched, the cursor now at

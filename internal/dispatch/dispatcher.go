@@ -65,7 +65,7 @@ type Dispatcher struct {
 // hooks let tests stop the dispatcher at exact points. All optional.
 type hooks struct {
 	beforeDispatch func(scheduler.Grant)           // a grant is about to be read
-	afterCommit    func(tenancy.Lease)             // Dispatch committed; the item is not published yet
+	afterCommit    func([]tenancy.Lease)           // a grant's batches committed; no item published yet
 	onBell         func(tenant string, seq uint64) // the doorbell rang for tenant
 }
 
@@ -179,7 +179,8 @@ func (d *Dispatcher) destination(name string) (*destination, error) {
 		return nil, err
 	}
 	sched, err := scheduler.New(scheduler.Config{
-		Quantum: d.cfg.Quantum, MaxBatch: d.cfg.BatchSize, Dampening: d.cfg.Dampening[name], Clock: d.cfg.Clock,
+		Quantum: d.cfg.Quantum, MaxBatch: d.cfg.BatchSize * d.cfg.GrantBatches, LoneRounds: d.cfg.GrantBatches,
+		Dampening: d.cfg.Dampening[name], Clock: d.cfg.Clock,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: destination %s: %v", ErrInvalidConfig, name, err)

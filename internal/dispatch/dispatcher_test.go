@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,6 +133,46 @@ func TestWorkConserving(t *testing.T) {
 	checkExactlyOnce(t, e.workItems(1, 8), map[string][]uint64{"solo": seqs}, false)
 }
 
+// A lone tenant's grant dispatches several batches at once — one read, one
+// DispatchMany, one item per batch — as many as it has free slots, up to
+// GrantBatches; GrantBatches 1 goes batch by batch.
+func TestGrantBatches(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		grantBatches, limit, want int
+	}{
+		{grantBatches: 4, limit: 8, want: 4}, // credit of 4 lone rounds
+		{grantBatches: 4, limit: 3, want: 3}, // slots run out first
+		{grantBatches: 1, limit: 8, want: 1},
+	} {
+		t.Run(fmt.Sprintf("grant %d limit %d", tc.grantBatches, tc.limit), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, time.Minute)
+			e.tenant("solo", 1, tc.limit, pg)
+			seqs := e.publish("solo", 200)
+			first := make(chan int, 1)
+			e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 10, GrantBatches: tc.grantBatches}, func(d *dispatch.Dispatcher) {
+				d.SetAfterCommit(func(ls []tenancy.Lease) {
+					select {
+					case first <- len(ls):
+					default:
+					}
+				})
+			})
+			if got := <-first; got != tc.want {
+				t.Fatalf("first grant dispatched %d batches, want %d", got, tc.want)
+			}
+			e.waitFor("items for every free slot", func() bool { return e.workLastSeq() >= uint64(min(tc.limit, 20)) })
+			items := e.workItems(1, e.workLastSeq())
+			if len(items) > tc.limit {
+				t.Fatalf("%d items dispatched with limit %d and no release", len(items), tc.limit)
+			}
+			want := seqs[:len(items)*10]
+			checkExactlyOnce(t, items, map[string][]uint64{"solo": want}, false)
+		})
+	}
+}
+
 // Several tenants with different limits, fake sinks holding work a while:
 // an observer never sees more live leases than a tenant's limit, sinks never
 // hold more items of one tenant at once than its limit, and every sequence
@@ -209,7 +250,7 @@ func TestUnpublishedBatchIsHandedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once atomic.Bool
-	d.SetAfterCommit(func(tenancy.Lease) {
+	d.SetAfterCommit(func([]tenancy.Lease) {
 		if once.CompareAndSwap(false, true) {
 			cancel() // shut down: this batch is the last one in flight
 		}

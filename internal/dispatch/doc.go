@@ -8,17 +8,21 @@
 // Every destination (postgres, clickhouse, b2b:<partner>) has its own
 // scheduler (weighted deficit round robin, internal/dispatch/scheduler) and
 // its own loop, so a slow destination never delays another. A loop takes
-// grants while fewer than Config.Concurrency batches are in flight; for a
+// grants while fewer than Config.Concurrency grants are in flight; for a
 // grant it
 //
 //  1. reads up to the grant's size of the tenant's sequence numbers from
-//     its cursor with one batched direct get (internal/work Reader),
-//  2. calls tenancy.Dispatch: take a slot, check the cursor, log the batch
-//     on the lease, advance the cursor — one transaction,
-//  3. publishes the work item (work.<dest>.<tenant>, Nats-Msg-Id with the
-//     lease token; retries are duplicates JetStream drops),
+//     its cursor with one batched direct get (internal/work Reader) and
+//     cuts them into batches of at most Config.BatchSize events (a grant
+//     holds up to Config.GrantBatches batches),
+//  2. calls tenancy.DispatchMany: take a slot per batch while the tenant
+//     has free ones, check the cursor, log the batches on their leases,
+//     advance the cursor — one statement, one transaction, one round trip,
+//  3. publishes one work item per batch that got a slot
+//     (work.<dest>.<tenant>, Nats-Msg-Id with the lease token; retries are
+//     duplicates JetStream drops),
 //  4. tells the scheduler what it dispatched and what the server says is
-//     still pending.
+//     still pending; batches that found no slot wait for a release.
 //
 // ErrAtLimit blocks the tenant in the scheduler (it costs nothing and keeps
 // its place) until a release wake-up (tenancy.Listen) unblocks it;

@@ -7,5 +7,5 @@ import (
 
 // Test hooks; see hooks.
 func (d *Dispatcher) SetBeforeDispatch(f func(scheduler.Grant))   { d.hooks.beforeDispatch = f }
-func (d *Dispatcher) SetAfterCommit(f func(tenancy.Lease))        { d.hooks.afterCommit = f }
+func (d *Dispatcher) SetAfterCommit(f func([]tenancy.Lease))      { d.hooks.afterCommit = f }
 func (d *Dispatcher) SetOnBell(f func(tenant string, seq uint64)) { d.hooks.onBell = f }

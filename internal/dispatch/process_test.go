@@ -67,7 +67,7 @@ func TestHelperProcess(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(os.Getenv(envCrashAfter)); n > 0 {
 		var commits atomic.Int32
-		d.SetAfterCommit(func(tenancy.Lease) {
+		d.SetAfterCommit(func([]tenancy.Lease) {
 			if int(commits.Add(1)) == n {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {}

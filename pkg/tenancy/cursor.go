@@ -54,28 +54,44 @@ func (s *Store) SetCursor(ctx context.Context, tenant, dest string, next uint64)
 	}
 }
 
-// dispatchSQL: $1 tenant, $2 dest, $3 holder, $4 ttl µs, $5 from, $6 to.
-// cur moves the cursor only if it still equals from; the cursor row lock
-// serialises dispatchers of one (tenant, dest), and a loser re-reads the
-// moved cursor (EvalPlanQual) and matches nothing. The slot is taken only
-// if the cursor moved, and the batch is logged only if a slot was taken.
-// The caller rolls back when the cursor moved but no slot was free.
-var dispatchSQL = `WITH cur AS (
-	UPDATE fairway.cursors SET next_seq = $6::bigint + 1
-	WHERE tenant = $1 AND dest = $2 AND next_seq = $5::bigint
+// Range is one batch's sequences, From..To inclusive.
+type Range struct{ From, To uint64 }
+
+// dispatchSQL: $1 tenant, $2 dest, $3 holder, $4 ttl µs, $5 froms, $6 tos
+// (ranges in order, each starting right after the previous one's end).
+//
+// It is one statement, so it is one transaction without BEGIN/COMMIT round
+// trips, and everything in it happens or nothing does:
+//   - c locks up to len(ranges) free slots (FOR UPDATE SKIP LOCKED); locked
+//     rows stay free until the statement ends, so each can be taken below;
+//   - m pairs the first k ranges with the k locked slots;
+//   - cur moves the cursor past the last paired range, only if a slot was
+//     locked and the cursor still equals the first range's start; the cursor
+//     row lock serialises dispatchers of one (tenant, dest), and a loser
+//     re-reads the moved cursor (EvalPlanQual) and matches nothing;
+//   - u takes the paired slots, and b logs the batches, only if cur moved.
+//
+// So a dispatcher that finds no free slot changes nothing (not even the
+// cursor), and one that loses the cursor race takes no slot.
+var dispatchSQL = `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1", "$2", "cardinality($5::bigint[])") + `
+), cn AS (SELECT slot_no, row_number() OVER (ORDER BY slot_no) AS rn FROM c
+), r AS (SELECT f, t, rn FROM unnest($5::bigint[], $6::bigint[]) WITH ORDINALITY AS x(f, t, rn)
+), m AS (SELECT cn.slot_no, r.f, r.t FROM cn JOIN r ON r.rn = cn.rn
+), cur AS (
+	UPDATE fairway.cursors SET next_seq = (SELECT max(t) FROM m) + 1
+	WHERE tenant = $1 AND dest = $2 AND next_seq = ($5::bigint[])[1] AND EXISTS (SELECT 1 FROM m)
 	RETURNING 1
-), c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1", "$2", "1") + `
 ), u AS (
-	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = $5, to_seq = $6
-	FROM c WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = c.slot_no AND ` + freeSQL + `
-	  AND EXISTS (SELECT 1 FROM cur)
-	RETURNING s.slot_no, s.epoch, s.expires_at
+	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = m.f, to_seq = m.t
+	FROM m WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = m.slot_no AND EXISTS (SELECT 1 FROM cur)
+	RETURNING s.slot_no, s.epoch, s.expires_at, s.from_seq, s.to_seq
 ), b AS (
 	INSERT INTO fairway.batches (tenant, dest, from_seq, to_seq, slot_no, epoch, holder)
-	SELECT $1, $2, $5, $6, slot_no, epoch, $3 FROM u
+	SELECT $1, $2, from_seq, to_seq, slot_no, epoch, $3 FROM u
 )
-SELECT (SELECT count(*) FROM cur), u.slot_no, u.epoch, u.expires_at, ` + statusSQL + `
-FROM (VALUES (1)) v LEFT JOIN u ON true`
+SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM c), u.slot_no, u.epoch, u.expires_at, u.from_seq, u.to_seq, ` + statusSQL + `
+FROM (VALUES (1)) v LEFT JOIN u ON true
+ORDER BY u.from_seq`
 
 // Dispatch records that holder dispatches sequences expectFrom..to of
 // (tenant, dest), in one transaction: it takes a slot (ErrAtLimit if none
@@ -85,59 +101,107 @@ FROM (VALUES (1)) v LEFT JOIN u ON true`
 // nothing does, so two dispatchers never dispatch the same range and a
 // crash never skips events.
 func (s *Store) Dispatch(ctx context.Context, tenant, dest, holder string, expectFrom, to uint64) (Lease, error) {
-	if err := validPair(tenant, dest); err != nil {
+	ls, err := s.DispatchMany(ctx, tenant, dest, holder, []Range{{expectFrom, to}})
+	if err != nil {
 		return Lease{}, err
 	}
-	if expectFrom < 1 || to < expectFrom || to >= math.MaxInt64 {
-		return Lease{}, fmt.Errorf("dispatch %s/%s: %w: range %d..%d", tenant, dest, ErrInvalidArgument, expectFrom, to)
+	return ls[0], nil
+}
+
+// DispatchManyMax is the most ranges one DispatchMany call takes.
+const DispatchManyMax = 64
+
+// DispatchMany is Dispatch for several consecutive batches of one (tenant,
+// dest) in one round trip: ranges[0].From must equal the cursor, and each
+// range must start right after the previous one ends (sequences between
+// them belong to other tenants). It takes as many free slots as it can, up
+// to len(ranges), gives them to the first ranges in order, and moves the
+// cursor past the last range that got a slot. The leases come back in range
+// order; fewer leases than ranges means the tenant reached its limit. With
+// no free slot it returns ErrAtLimit (or ErrPaused) and changes nothing;
+// with the cursor elsewhere, ErrCursorMoved and no slot is taken.
+func (s *Store) DispatchMany(ctx context.Context, tenant, dest, holder string, ranges []Range) ([]Lease, error) {
+	if err := validPair(tenant, dest); err != nil {
+		return nil, err
+	}
+	if err := validRanges(ranges); err != nil {
+		return nil, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
 	}
 	for attempt := 0; ; attempt++ {
-		l, status, err := s.dispatch(ctx, tenant, dest, holder, expectFrom, to)
+		ls, status, err := s.dispatch(ctx, tenant, dest, holder, ranges)
 		if err == nil || status != nil || attempt > 0 {
-			return l, err
+			return ls, err
 		}
 		// Never seen: create with defaults and try once more.
 		if err := s.ensurePairs(ctx, []pair{{tenant, dest}}); err != nil {
-			return Lease{}, err
+			return nil, err
 		}
 	}
 }
 
-// dispatch runs dispatchSQL in a transaction. A nil status with a non-nil
-// error means the pair is unknown.
-func (s *Store) dispatch(ctx context.Context, tenant, dest, holder string, from, to uint64) (Lease, *string, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return Lease{}, nil, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
+func validRanges(ranges []Range) error {
+	if len(ranges) == 0 || len(ranges) > DispatchManyMax {
+		return fmt.Errorf("%w: %d ranges, want 1..%d", ErrInvalidArgument, len(ranges), DispatchManyMax)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var (
-		moved   int
-		slot    *int
-		token   *int64
-		expires *time.Time
-		status  *string
-	)
-	err = tx.QueryRow(ctx, dispatchSQL, tenant, dest, holder, s.ttlUS, int64(from), int64(to)).
-		Scan(&moved, &slot, &token, &expires, &status)
+	for i, r := range ranges {
+		if r.From < 1 || r.To < r.From || r.To >= math.MaxInt64 {
+			return fmt.Errorf("%w: range %d..%d", ErrInvalidArgument, r.From, r.To)
+		}
+		if i > 0 && r.From <= ranges[i-1].To {
+			return fmt.Errorf("%w: range %d..%d overlaps or precedes %d..%d", ErrInvalidArgument, r.From, r.To, ranges[i-1].From, ranges[i-1].To)
+		}
+	}
+	return nil
+}
+
+// dispatch runs dispatchSQL. A nil status with a non-nil error means the
+// pair is unknown.
+func (s *Store) dispatch(ctx context.Context, tenant, dest, holder string, ranges []Range) ([]Lease, *string, error) {
+	froms, tos := make([]int64, len(ranges)), make([]int64, len(ranges))
+	for i, r := range ranges {
+		froms[i], tos[i] = int64(r.From), int64(r.To)
+	}
+	rows, err := s.pool.Query(ctx, dispatchSQL, tenant, dest, holder, s.ttlUS, froms, tos)
 	if err != nil {
-		return Lease{}, &status0, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
+		return nil, &status0, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
+	}
+	var (
+		out           []Lease
+		moved, locked int
+		status        *string
+	)
+	for rows.Next() {
+		var (
+			slot           *int
+			token          *int64
+			expires        *time.Time
+			fromSeq, toSeq *int64
+		)
+		if err := rows.Scan(&moved, &locked, &slot, &token, &expires, &fromSeq, &toSeq, &status); err != nil {
+			rows.Close()
+			return nil, &status0, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
+		}
+		if slot != nil {
+			out = append(out, Lease{
+				ID: leaseID(tenant, dest, *slot, *token), Tenant: tenant, Dest: dest, Slot: *slot, Token: *token,
+				Holder: holder, ExpiresAt: *expires, FromSeq: uint64(*fromSeq), ToSeq: uint64(*toSeq),
+			})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, &status0, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
 	}
 	switch {
 	case status == nil:
-		return Lease{}, nil, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, ErrUnknownTenant)
+		return nil, nil, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, ErrUnknownTenant)
+	case locked == 0:
+		return nil, status, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, missReason(status))
 	case moved == 0:
-		return Lease{}, status, fmt.Errorf("dispatch %s/%s from %d: %w", tenant, dest, from, ErrCursorMoved)
-	case slot == nil:
-		return Lease{}, status, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, missReason(status))
+		return nil, status, fmt.Errorf("dispatch %s/%s from %d: %w", tenant, dest, ranges[0].From, ErrCursorMoved)
+	case len(out) == 0:
+		return nil, status, fmt.Errorf("dispatch %s/%s: slots locked but none taken", tenant, dest)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return Lease{}, status, fmt.Errorf("dispatch %s/%s: commit: %w", tenant, dest, err)
-	}
-	return Lease{
-		ID: leaseID(tenant, dest, *slot, *token), Tenant: tenant, Dest: dest, Slot: *slot, Token: *token,
-		Holder: holder, ExpiresAt: *expires, FromSeq: from, ToSeq: to,
-	}, status, nil
+	return out, status, nil
 }
 
 // status0 marks errors that are not "unknown pair" (no retry).

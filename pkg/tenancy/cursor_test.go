@@ -75,8 +75,10 @@ func TestDispatchSteps(t *testing.T) {
 }
 
 // TestCursorRace: two dispatcher instances (separate pools, 4 goroutines
-// each) race over the same tenants. The union of batches they recorded, and
-// the batch log, cover every sequence 1..target exactly once.
+// each) race over the same tenants with DispatchMany calls of one to three
+// ranges. The union of batches they recorded, and the batch log, cover
+// every sequence 1..target exactly once, and no tenant ever holds more
+// leases than its limit.
 func TestCursorRace(t *testing.T) {
 	t.Parallel()
 	_, _, dsn := setup(t, nil)
@@ -111,8 +113,12 @@ func TestCursorRace(t *testing.T) {
 		got      = map[string][]batch{}
 		moved    atomic.Int64
 		perInstN [instances]atomic.Int64
+		held     = map[string]*atomic.Int64{}
 		wg       sync.WaitGroup
 	)
+	for _, tn := range tenants {
+		held[tn] = new(atomic.Int64)
+	}
 	for i, st := range stores {
 		for w := range perInst {
 			wg.Add(1)
@@ -132,8 +138,14 @@ func TestCursorRace(t *testing.T) {
 						done[tn] = true
 						continue
 					}
-					to := min(c+uint64(rng.IntN(8)), target)
-					l, err := st.Dispatch(ctx, tn, tenancy.DestPostgres, holder, c, to)
+					// One to three consecutive ranges per call (DispatchMany).
+					var ranges []tenancy.Range
+					for from := c; from <= target && len(ranges) < 1+rng.IntN(3); {
+						to := min(from+uint64(rng.IntN(8)), target)
+						ranges = append(ranges, tenancy.Range{From: from, To: to})
+						from = to + 1
+					}
+					ls, err := st.DispatchMany(ctx, tn, tenancy.DestPostgres, holder, ranges)
 					switch {
 					case errors.Is(err, tenancy.ErrCursorMoved):
 						moved.Add(1)
@@ -144,16 +156,24 @@ func TestCursorRace(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					if l.FromSeq != c || l.ToSeq != to {
-						t.Errorf("lease covers %d..%d, asked %d..%d", l.FromSeq, l.ToSeq, c, to)
+					if n := held[tn].Add(int64(len(ls))); n > 2 {
+						t.Errorf("%s: %d leases held at once, limit 2", tn, n)
 					}
-					mu.Lock()
-					got[tn] = append(got[tn], batch{c, to, i})
-					mu.Unlock()
+					for j, l := range ls {
+						if l.FromSeq != ranges[j].From || l.ToSeq != ranges[j].To {
+							t.Errorf("lease %d covers %d..%d, asked %d..%d", j, l.FromSeq, l.ToSeq, ranges[j].From, ranges[j].To)
+						}
+						mu.Lock()
+						got[tn] = append(got[tn], batch{l.FromSeq, l.ToSeq, i})
+						mu.Unlock()
+					}
 					perInstN[i].Add(1)
-					if err := st.Release(ctx, l.ID, l.Token); err != nil {
-						t.Error(err)
-						return
+					held[tn].Add(-int64(len(ls)))
+					for _, l := range ls {
+						if err := st.Release(ctx, l.ID, l.Token); err != nil {
+							t.Error(err)
+							return
+						}
 					}
 				}
 			}()
@@ -203,5 +223,70 @@ func TestCursorRace(t *testing.T) {
 	t.Logf("batches per instance %d/%d, cursor-moved refusals %d", perInstN[0].Load(), perInstN[1].Load(), moved.Load())
 	if perInstN[0].Load() == 0 || perInstN[1].Load() == 0 || moved.Load() == 0 {
 		t.Fatalf("no real race: batches %d/%d, refusals %d", perInstN[0].Load(), perInstN[1].Load(), moved.Load())
+	}
+}
+
+// DispatchMany takes what slots are free, gives them to the first ranges
+// in order and moves the cursor past the last range that got one.
+func TestDispatchMany(t *testing.T) {
+	t.Parallel()
+	st, pool, _ := setup(t, nil)
+	ctx := testCtx(t)
+	const tn, d = "many", tenancy.DestPostgres
+	if _, err := st.EnsureTenant(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, tn, d, 3); err != nil {
+		t.Fatal(err)
+	}
+	ranges := []tenancy.Range{{1, 10}, {12, 20}, {21, 21}, {30, 40}, {41, 50}}
+	ls := must[[]tenancy.Lease](t)(st.DispatchMany(ctx, tn, d, "d1", ranges))
+	if len(ls) != 3 {
+		t.Fatalf("%d leases, want 3 (the limit)", len(ls))
+	}
+	slots := map[int]bool{}
+	for i, l := range ls {
+		if l.FromSeq != ranges[i].From || l.ToSeq != ranges[i].To || l.Holder != "d1" || slots[l.Slot] {
+			t.Fatalf("lease %d: %+v for range %v", i, l, ranges[i])
+		}
+		slots[l.Slot] = true
+	}
+	if c := must[uint64](t)(st.Cursor(ctx, tn, d)); c != 22 {
+		t.Fatalf("cursor %d, want 22 (after the last range that got a slot)", c)
+	}
+	if _, err := st.DispatchMany(ctx, tn, d, "d1", ranges[3:]); !errors.Is(err, tenancy.ErrAtLimit) {
+		t.Fatalf("at limit: %v", err)
+	}
+	if c := must[uint64](t)(st.Cursor(ctx, tn, d)); c != 22 {
+		t.Fatalf("cursor moved to %d on a refused dispatch", c)
+	}
+	if err := st.Release(ctx, ls[1].ID, ls[1].Token); err != nil {
+		t.Fatal(err)
+	}
+	// From 22, not 30: the cursor moved, nothing is taken.
+	if _, err := st.DispatchMany(ctx, tn, d, "d1", ranges[3:]); !errors.Is(err, tenancy.ErrCursorMoved) {
+		t.Fatalf("stale from: %v", err)
+	}
+	if n := must[int](t)(st.InUse(ctx, tn, d)); n != 2 {
+		t.Fatalf("in use %d, want 2", n)
+	}
+	more := must[[]tenancy.Lease](t)(st.DispatchMany(ctx, tn, d, "d2", []tenancy.Range{{22, 29}, {30, 40}}))
+	if len(more) != 1 || more[0].FromSeq != 22 || more[0].ToSeq != 29 {
+		t.Fatalf("leases %+v, want one for 22..29", more)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fairway.batches WHERE tenant = $1`, tn).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("batch log has %d rows (%v), want 4", n, err)
+	}
+	for _, bad := range [][]tenancy.Range{
+		nil,
+		{{5, 4}},
+		{{1, 10}, {10, 12}},
+		{{0, 3}},
+		make([]tenancy.Range, tenancy.DispatchManyMax+1),
+	} {
+		if _, err := st.DispatchMany(ctx, tn, d, "d1", bad); !errors.Is(err, tenancy.ErrInvalidArgument) {
+			t.Errorf("ranges %v: %v, want ErrInvalidArgument", bad, err)
+		}
 	}
 }

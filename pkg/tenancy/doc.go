@@ -106,13 +106,15 @@
 //
 // # Cursors and Dispatch
 //
-// Dispatch is one statement in one transaction: move the cursor only if it
-// still equals expectFrom (the cursor row lock serialises dispatchers of
-// one pair; a loser re-reads the moved row and matches nothing), take a
-// slot only if the cursor moved, log the batch only if a slot was taken.
-// If the cursor moved but no slot was free the transaction rolls back.
-// Two dispatchers therefore never dispatch one range, and a crash at any
-// point either keeps all of it or none of it.
+// Dispatch and DispatchMany are one statement, so one transaction and one
+// round trip: lock up to one free slot per range (FOR UPDATE SKIP LOCKED),
+// move the cursor past the last range that got a slot only if a slot was
+// locked and the cursor still equals the first range's start (the cursor
+// row lock serialises dispatchers of one pair; a loser re-reads the moved
+// row and matches nothing), take the locked slots only if the cursor moved,
+// log the batches only for slots taken. Two dispatchers therefore never
+// dispatch one range, one that finds no free slot changes nothing, and a
+// crash at any point either keeps all of it or none of it.
 //
 // # How the tests check the Limit invariant
 //

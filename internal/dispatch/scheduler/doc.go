@@ -57,6 +57,14 @@
 //     Done, so two batches of one tenant are never read concurrently; with
 //     credit left after Done it resumes at the head of the round.
 //
+//   - Lone rounds (optional, Config.LoneRounds, off by default): a key that
+//     is alone when its visit begins — nothing else listed, no other grant
+//     outstanding — may take several rounds' quanta at once (within
+//     MaxBatch). Those are rounds nobody else competes for, so shares are
+//     unchanged, and a key that arrives during the grant is served before
+//     the lone key's next one. The dispatcher uses it so that a tenant
+//     draining a backlog alone is served in fewer, larger grants.
+//
 //   - Dampening (optional, off by default): a tenant that dispatched more
 //     than Threshold events within the sliding Window earns its quantum at
 //     weight max(weight/Factor, MinWeight) until the window has passed, the
@@ -67,8 +75,8 @@
 //   - A key is in a round list if and only if it has backlog, is not blocked
 //     and has no grant outstanding; Next examines only listed keys.
 //   - A key receives at most one quantum per round, and its credit never
-//     exceeds the quantum of its latest visit: no credit is hoarded while
-//     idle or blocked.
+//     exceeds the credit granted at its latest visit (one quantum, or
+//     several for a lone key): no credit is hoarded while idle or blocked.
 //   - A key in the current list that has had this round's quantum has
 //     credit left; so Next grants the first key it examines unless that key
 //     is repaying an overdraft, and each such skip repays one quantum of

@@ -43,6 +43,7 @@ func TestNewConfig(t *testing.T) {
 		{name: "negative quantum", cfg: scheduler.Config{Quantum: -1}, wantErr: true},
 		{name: "quantum too large", cfg: scheduler.Config{Quantum: scheduler.QuantumMax + 1}, wantErr: true},
 		{name: "negative batch", cfg: scheduler.Config{MaxBatch: -1}, wantErr: true},
+		{name: "negative lone rounds", cfg: scheduler.Config{LoneRounds: -1}, wantErr: true},
 		{name: "dampening without threshold", cfg: scheduler.Config{Dampening: &scheduler.Dampening{}}, wantErr: true},
 		{name: "dampening window too small", cfg: scheduler.Config{Dampening: &scheduler.Dampening{Threshold: 1, Window: time.Millisecond}}, wantErr: true},
 		{name: "dampening factor below 1", cfg: scheduler.Config{Dampening: &scheduler.Dampening{Threshold: 1, Factor: 0.5}}, wantErr: true},
@@ -127,6 +128,8 @@ func TestLateArrival(t *testing.T) {
 		{name: "weight 3 behind 200k", weightA: 3, backlogA: 200_000},
 		{name: "weight 5 behind 1M", weightA: 5, backlogA: 1_000_000},
 		{name: "weight 4, quantum 2 batches", cfg: scheduler.Config{Quantum: 1000, MaxBatch: 500}, weightA: 4, backlogA: 1_000_000},
+		{name: "weight 1 alone, 4 lone rounds", cfg: scheduler.Config{Quantum: 500, MaxBatch: 2000, LoneRounds: 4}, weightA: 1, backlogA: 1_000_000},
+		{name: "weight 3, 4 lone rounds", cfg: scheduler.Config{Quantum: 500, MaxBatch: 2000, LoneRounds: 4}, weightA: 3, backlogA: 200_000},
 	}
 	for _, tc := range tests {
 		cfg := tc.cfg.WithDefaults()
@@ -660,4 +663,82 @@ func TestConcurrentUse(t *testing.T) {
 	if total != tenants*perTenant {
 		t.Errorf("dispatched %d events, want %d", total, tenants*perTenant)
 	}
+}
+
+// TestLoneRounds: a key alone when its visit begins gets up to LoneRounds
+// quanta (within MaxBatch) in one grant; with another key listed or
+// granted it gets one quantum, and a key arriving during a lone grant is
+// served before the lone key's next grant.
+func TestLoneRounds(t *testing.T) {
+	t.Parallel()
+	cfg := scheduler.Config{Quantum: 500, MaxBatch: 2000, LoneRounds: 4}
+	grant := func(t *testing.T, s *scheduler.Scheduler) scheduler.Grant {
+		t.Helper()
+		g, ok := s.Next()
+		if !ok {
+			t.Fatal("no grant")
+		}
+		return g
+	}
+
+	t.Run("alone", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, cfg)
+		s.SetBacklog(key("a"), unbounded, 1)
+		if g := grant(t, s); g.MaxEvents != 2000 || g.MaxCost != 2000 {
+			t.Fatalf("lone grant %+v, want 2000 events and credit", g)
+		}
+		if st := s.Stats(); st.Round != 4 || st.LoneRounds != 3 {
+			t.Fatalf("stats %+v, want round 4 and 3 lone rounds", st)
+		}
+		// b arrives during a's grant: it is served first.
+		s.SetBacklog(key("b"), 1, 1)
+		if err := s.Done(key("a"), 2000, 2000); err != nil {
+			t.Fatal(err)
+		}
+		if g := grant(t, s); g.Key.Tenant != "b" {
+			t.Fatalf("granted %s, want b (arrived during a's lone grant)", g.Key.Tenant)
+		}
+		// b is in flight: a is not alone and gets one quantum.
+		if g := grant(t, s); g.Key.Tenant != "a" || g.MaxCost != 500 {
+			t.Fatalf("grant %+v, want a with one quantum", g)
+		}
+	})
+
+	t.Run("weight fills the batch", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, cfg)
+		s.SetBacklog(key("a"), unbounded, 3)
+		if g := grant(t, s); g.MaxCost != 1500 {
+			t.Fatalf("grant %+v, want credit 1500 (a second round would exceed MaxBatch)", g)
+		}
+	})
+
+	t.Run("not alone", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, cfg)
+		s.SetBacklog(key("a"), unbounded, 1)
+		s.SetBacklog(key("b"), unbounded, 1)
+		for range 10 {
+			g := grant(t, s)
+			if g.MaxCost != 500 {
+				t.Fatalf("grant %+v with another key listed, want one quantum", g)
+			}
+			if err := s.Done(g.Key, 500, 500); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := s.Stats(); st.LoneRounds != 0 {
+			t.Fatalf("%d lone rounds with two busy keys", st.LoneRounds)
+		}
+	})
+
+	t.Run("off by default", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, scheduler.Config{Quantum: 500, MaxBatch: 2000})
+		s.SetBacklog(key("a"), unbounded, 1)
+		if g := grant(t, s); g.MaxCost != 500 {
+			t.Fatalf("grant %+v, want one quantum without LoneRounds", g)
+		}
+	})
 }
