@@ -16,6 +16,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -66,12 +67,17 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.IntVar(&c.WorkReplicas, "replicas", 1, "WORK stream replicas (3 in a cluster)")
 	fs.StringVar(&c.LogFormat, "log-format", env("FAIRWAY_LOG_FORMAT", "text"), "text or json")
 	fs.StringVar(&c.LogLevel, "log-level", env("FAIRWAY_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.IntVar(&c.TenantMetrics.TopK, "tenant-metrics-top", status.TopKDefault, "per destination, tenants with the most backlog that get their own metric series (the rest: tenant=\"other\"); 0 turns backlog metrics off")
+	fs.DurationVar(&c.TenantMetrics.Interval, "tenant-metrics-interval", status.IntervalDefault, "how often backlog metrics are sampled (one direct get per tenant and destination)")
 	fs.DurationVar(&c.Dispatch.ShutdownGrace, "shutdown-grace", dispatch.ShutdownGraceDefault, "time in-flight batches get to be published on shutdown")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if c.DatabaseURL == "" {
 		return c, fmt.Errorf("DATABASE_URL (or --database-url) is required")
+	}
+	if c.TenantMetrics.TopK < 0 {
+		return c, fmt.Errorf("--tenant-metrics-top %d: want 0 (off) or more", c.TenantMetrics.TopK)
 	}
 	for _, d := range strings.Split(dests, ",") {
 		if d = strings.TrimSpace(d); d != "" {

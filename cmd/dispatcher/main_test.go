@@ -64,7 +64,7 @@ func TestRunDispatches(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	env := map[string]string{"DATABASE_URL": dsn, "NATS_URL": srv.ClientURL()}
-	cfg, err := parseConfig([]string{"--listen", addr}, func(k string) string { return env[k] })
+	cfg, err := parseConfig([]string{"--listen", addr, "--tenant-metrics-interval", "1s"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,14 +95,29 @@ func TestRunDispatches(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// No sink runs: acme's batch stays in flight, and the backlog sampler
+	// (every second here) shows it.
+	var body []byte
+	for {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `fairway_tenant_in_flight{dest="postgres",tenant="acme"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics lack acme's batch in flight:\n%.3000s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), `fairway_dispatcher_items_total{dest="b2b:p1"} 1`) {
-		t.Fatalf("metrics lack the b2b item:\n%.2000s", body)
+	for _, want := range []string{`fairway_dispatcher_items_total{dest="b2b:p1"} 1`, `fairway_backlog_events{dest="postgres"} 0`,
+		`fairway_tenant_backlog_events{dest="postgres",tenant="other"} 0`} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %s:\n%.3000s", want, body)
+		}
 	}
 	cancel()
 	select {

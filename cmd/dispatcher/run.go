@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
@@ -27,9 +28,11 @@ type Config struct {
 	LeaseTTL     time.Duration
 	WorkReplicas int
 	Dispatch     dispatch.Config
-	LogFormat    string
-	LogLevel     string
-	Logger       *slog.Logger
+	// TenantMetrics configures the backlog gauges; TopK 0 turns them off.
+	TenantMetrics status.ExporterConfig
+	LogFormat     string
+	LogLevel      string
+	Logger        *slog.Logger
 }
 
 func run(ctx context.Context, cfg Config) error {
@@ -71,6 +74,15 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var backlog *status.Exporter
+	if cfg.TenantMetrics.TopK > 0 {
+		cfg.TenantMetrics.Logger = log
+		// No dead letters: the gauges need backlog and slots only.
+		backlog, err = status.NewExporter(&status.Source{Pairs: store, Reader: work.NewReader(nc, "")}, reg, &cfg.TenantMetrics)
+		if err != nil {
+			return err
+		}
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -95,7 +107,15 @@ func run(ctx context.Context, cfg Config) error {
 
 	// Run returns after its two-phase shutdown: no new grants, in-flight
 	// batches published or handed back. Metrics stay up until then.
+	exportDone := make(chan struct{})
+	go func() {
+		defer close(exportDone)
+		if backlog != nil {
+			_ = backlog.Run(ctx)
+		}
+	}()
 	runErr := d.Run(ctx)
+	<-exportDone
 	stopHTTP()
 	if err := <-httpDone; err != nil {
 		log.Warn("http server", "err", err)

@@ -26,12 +26,15 @@ func (c *cli) replayCmd() *cobra.Command {
 		refresh time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "replay --tenant <id> --dest <destination|all> (--from-seq N | --since 2h | --from 2026-11-20T10:00:00Z)",
+		Use:   "replay --tenant <id> --dest <destination|all> (--from-seq N | --since 2h | --from 2026-11-20T10:00:00Z) [--to-seq M]",
 		Short: "Send a tenant's events to a destination again, through the normal fair, slot-limited path",
 		Long: `replay rewinds the tenant's dispatch cursor for the destination (or every
 destination with --dest all) to the start you give. Everything from there up
-to where the cursor was is dispatched again next to live traffic; sinks are
-idempotent, so replaying twice leaves every destination as after once.
+to where the cursor was (or up to --to-seq) is dispatched again next to live
+traffic; sinks are idempotent, so replaying twice leaves every destination as
+after once. With --to-seq the cursor jumps back to where it was once the
+batch holding that sequence is dispatched; that batch (at most the
+dispatcher's --batch-size events) may reach past it.
 
 On a terminal it shows a progress bar (events dispatched again / total, rate,
 ETA) until the replay is through; elsewhere it prints a line every few
@@ -67,7 +70,7 @@ seconds with --wait, or starts the replay and returns.`,
 				return err
 			}
 			for _, r := range rs {
-				fmt.Fprintf(c.errOut, "replay %d: %s → %s, sequences %d..%d, %d events\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.TargetSeq-1, r.Total)
+				fmt.Fprintf(c.errOut, "replay %d: %s → %s, sequences %d..%d, %d events\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.End()-1, r.Total)
 			}
 			tty := isTerminal(c.out)
 			if noWait || (!wait && !tty) {
@@ -80,6 +83,7 @@ seconds with --wait, or starts the replay and returns.`,
 	f.StringVar(&req.Tenant, "tenant", "", "tenant id")
 	f.StringVar(&req.Dest, "dest", "", "destination (postgres, clickhouse, b2b:<partner>) or all")
 	f.Uint64Var(&req.FromSeq, "from-seq", 0, "replay from this PRODUCTS sequence")
+	f.Uint64Var(&req.ToSeq, "to-seq", 0, "replay up to this PRODUCTS sequence (default: up to where the cursor is)")
 	f.DurationVar(&since, "since", 0, "replay events stored within this long (e.g. 2h)")
 	f.StringVar(&from, "from", "", "replay events stored at or after this RFC 3339 time")
 	f.BoolVar(&wait, "wait", false, "watch progress until the replay is through (default on a terminal)")
@@ -172,7 +176,7 @@ func (c *cli) replayStatusCmd() *cobra.Command {
 			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTENANT\tDEST\tFROM\tTO\tDONE\tTOTAL\tSTATE\tSTARTED")
 			for _, r := range rs {
-				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.TargetSeq-1, r.Done, r.Total, r.State, r.CreatedAt.Format(time.RFC3339))
+				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.End()-1, r.Done, r.Total, r.State, r.CreatedAt.Format(time.RFC3339))
 			}
 			return w.Flush()
 		},

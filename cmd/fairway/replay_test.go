@@ -67,6 +67,14 @@ func TestReplayCommands(t *testing.T) {
 	if c, _ := store.Cursor(ctx, "acme", "postgres"); c != last+1 {
 		t.Fatalf("cursor after cancel %d, want %d", c, last+1)
 	}
+	// --to-seq bounds the range.
+	_, errOut, err = run("replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--to-seq", "3", "--no-wait")
+	if err != nil || !strings.Contains(errOut, "replay 2: acme → postgres, sequences 2..3, 2 events") {
+		t.Fatalf("replay --to-seq: %q %v", errOut, err)
+	}
+	if out, _, err := run("replay", "cancel", "2"); err != nil || !strings.Contains(out, "cancelled") {
+		t.Fatalf("cancel: %q %v", out, err)
+	}
 	for _, bad := range [][]string{
 		{"replay", "--tenant", "ghost", "--dest", "postgres", "--from-seq", "1"},
 		{"replay", "--tenant", "acme", "--dest", "s3", "--since", "1h"},

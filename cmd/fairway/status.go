@@ -50,7 +50,11 @@ func (c *cli) statusCmd() *cobra.Command {
 				if r.Backlog > 0 {
 					oldest = r.OldestAge.Round(time.Millisecond).String()
 				}
-				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\n", r.Tenant, r.Dest, r.Backlog, oldest, r.InUse, r.Limit, r.Weight, r.DeadLetters, r.Reason)
+				why := r.Reason
+				if r.WaitDetail != "" {
+					why += ": " + shorten(r.WaitDetail, 80)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\n", r.Tenant, r.Dest, r.Backlog, oldest, r.InUse, r.Limit, r.Weight, r.DeadLetters, why)
 			}
 			return w.Flush()
 		},

@@ -46,15 +46,22 @@ type Request struct {
 	Dest    string
 	FromSeq uint64
 	From    time.Time
+	// ToSeq, when not 0, ends the replay after this sequence: the cursor
+	// then jumps back to where it was (tenancy.RewindCursorRange), so
+	// only the batch that holds ToSeq may reach past it.
+	ToSeq uint64
 }
 
 // Replay is one (tenant, destination) replay.
 type Replay struct {
 	ID           int64
 	Tenant, Dest string
-	// FromSeq..TargetSeq-1 is the re-dispatched range; TargetSeq is where
-	// the cursor was when the replay started.
+	// FromSeq..End()-1 is the re-dispatched range; TargetSeq is where the
+	// cursor was when the replay started.
 	FromSeq, TargetSeq uint64
+	// ToSeq is the requested end, 0 for none (or when it was at or past
+	// the cursor anyway).
+	ToSeq uint64
 	// Total is how many of the tenant's events the range holds; Done how
 	// many of them were dispatched again so far.
 	Total, Done uint64
@@ -83,6 +90,9 @@ func (s *Service) Start(ctx context.Context, req Request) ([]Replay, error) {
 	if (req.FromSeq == 0) == req.From.IsZero() {
 		return nil, errors.New("replay: give exactly one of a start sequence and a start time")
 	}
+	if req.ToSeq > 0 && req.FromSeq > req.ToSeq {
+		return nil, fmt.Errorf("replay: end sequence %d is before the start %d", req.ToSeq, req.FromSeq)
+	}
 	pairs, err := s.Store.PairStatuses(ctx, req.Tenant)
 	if err != nil {
 		return nil, err
@@ -107,9 +117,13 @@ func (s *Service) Start(ctx context.Context, req Request) ([]Replay, error) {
 	if err != nil {
 		return nil, err
 	}
+	if req.ToSeq > 0 && from > req.ToSeq {
+		return nil, fmt.Errorf("replay: %w: tenant %s's first event since the start is sequence %d, after the end %d",
+			ErrNothing, req.Tenant, from, req.ToSeq)
+	}
 	var out []Replay
 	for _, d := range dests {
-		r, err := s.start(ctx, req.Tenant, d, from)
+		r, err := s.start(ctx, req.Tenant, d, from, req.ToSeq)
 		if errors.Is(err, ErrNothing) && req.Dest == "all" {
 			continue // this destination has not reached the start yet
 		}
@@ -162,21 +176,37 @@ func (s *Service) startSeq(ctx context.Context, req Request) (uint64, error) {
 	return m.Seq, nil
 }
 
-func (s *Service) start(ctx context.Context, tenant, dest string, from uint64) (Replay, error) {
-	target, err := s.Store.RewindCursor(ctx, tenant, dest, from)
+// End is the sequence after the replayed range.
+func (r Replay) End() uint64 {
+	if r.ToSeq > 0 {
+		return min(r.ToSeq+1, r.TargetSeq)
+	}
+	return r.TargetSeq
+}
+
+func (s *Service) start(ctx context.Context, tenant, dest string, from, to uint64) (Replay, error) {
+	target, err := s.Store.RewindCursorRange(ctx, tenant, dest, from, to)
 	if errors.Is(err, tenancy.ErrInvalidArgument) {
 		return Replay{}, fmt.Errorf("replay %s/%s: %w: its cursor is at %d, not past %d", tenant, dest, ErrNothing, target, from)
 	}
 	if err != nil {
 		return Replay{}, err
 	}
-	total, err := s.between(ctx, tenant, from, target)
+	r := Replay{Tenant: tenant, Dest: dest, FromSeq: from, TargetSeq: target, State: StateRunning}
+	if to > 0 && to+1 < target {
+		r.ToSeq = to
+	}
+	r.Total, err = s.between(ctx, tenant, from, r.End())
 	if err != nil {
 		return Replay{}, err
 	}
-	r := Replay{Tenant: tenant, Dest: dest, FromSeq: from, TargetSeq: target, Total: total, State: StateRunning}
-	err = s.Pool.QueryRow(ctx, `INSERT INTO fairway.replays (tenant, dest, from_seq, target_seq, total)
-		VALUES ($1, $2, $3, $4, $5) RETURNING id, created_at`, tenant, dest, int64(from), int64(target), int64(total)).Scan(&r.ID, &r.CreatedAt)
+	var toSeq *int64
+	if r.ToSeq > 0 {
+		v := int64(r.ToSeq)
+		toSeq = &v
+	}
+	err = s.Pool.QueryRow(ctx, `INSERT INTO fairway.replays (tenant, dest, from_seq, target_seq, to_seq, total)
+		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, created_at`, tenant, dest, int64(from), int64(target), toSeq, int64(r.Total)).Scan(&r.ID, &r.CreatedAt)
 	if err != nil {
 		return r, fmt.Errorf("record replay %s/%s: %w", tenant, dest, err)
 	}
@@ -199,7 +229,7 @@ func (s *Service) between(ctx context.Context, tenant string, from, to uint64) (
 // List returns replays, newest first: running ones with fresh progress
 // (a replay whose cursor passed its target is marked done).
 func (s *Service) List(ctx context.Context, tenant string, running bool) ([]Replay, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT id, tenant, dest, from_seq, target_seq, total, state, created_at
+	rows, err := s.Pool.Query(ctx, `SELECT id, tenant, dest, from_seq, target_seq, COALESCE(to_seq, 0), total, state, created_at
 		FROM fairway.replays WHERE ($1 = '' OR tenant = $1) AND (NOT $2 OR state = 'running')
 		ORDER BY id DESC LIMIT 100`, tenant, running)
 	if err != nil {
@@ -207,9 +237,9 @@ func (s *Service) List(ctx context.Context, tenant string, running bool) ([]Repl
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Replay, error) {
 		var x Replay
-		var from, target, total int64
-		err := r.Scan(&x.ID, &x.Tenant, &x.Dest, &from, &target, &total, &x.State, &x.CreatedAt)
-		x.FromSeq, x.TargetSeq, x.Total = uint64(from), uint64(target), uint64(total)
+		var from, target, to, total int64
+		err := r.Scan(&x.ID, &x.Tenant, &x.Dest, &from, &target, &to, &total, &x.State, &x.CreatedAt)
+		x.FromSeq, x.TargetSeq, x.ToSeq, x.Total = uint64(from), uint64(target), uint64(to), uint64(total)
 		return x, err
 	})
 	if err != nil {
@@ -255,12 +285,13 @@ func (s *Service) refresh(ctx context.Context, r *Replay) error {
 			cursor = p.NextSeq
 		}
 	}
-	if cursor >= r.TargetSeq {
+	// A bounded replay's cursor jumps from at most ToSeq to TargetSeq.
+	if cursor >= r.TargetSeq || (r.ToSeq > 0 && cursor > r.ToSeq) {
 		r.Done, r.State = r.Total, StateDone
 		_, err := s.Pool.Exec(ctx, `UPDATE fairway.replays SET state = 'done', finished_at = now() WHERE id = $1 AND state = 'running'`, r.ID)
 		return err
 	}
-	left, err := s.between(ctx, r.Tenant, max(cursor, r.FromSeq), r.TargetSeq)
+	left, err := s.between(ctx, r.Tenant, max(cursor, r.FromSeq), r.End())
 	if err != nil {
 		return err
 	}

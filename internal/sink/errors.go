@@ -9,6 +9,12 @@ import (
 // own validation of a record (as opposed to a rejection by the destination).
 var ErrInvalidRecord = errors.New("invalid record")
 
+// ErrCircuitOpen is matched (errors.Is) by the error a sink returns, without
+// calling its destination, while the destination's circuit breaker is open
+// (sinks/b2b's *RetryAfterError). The runtime retries it like any transient
+// error and reports the wait as "circuit open" rather than "retrying".
+var ErrCircuitOpen = errors.New("destination circuit open")
+
 // PermanentError marks a record-level problem caused by the event itself: it
 // will fail the same way on every retry, so the runtime dead-letters it with
 // Reason. Anything else is for the runtime's classifier.

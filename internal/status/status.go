@@ -20,12 +20,14 @@ import (
 
 // Reasons work waits (or does not).
 const (
-	ReasonIdle        = "idle"          // nothing behind the cursor, nothing running
-	ReasonApplying    = "applying"      // nothing left to dispatch; batches are being applied
-	ReasonDispatching = "dispatching"   // backlog and a free slot: the dispatcher will take it
-	ReasonAtLimit     = "at slot limit" // backlog, every slot busy
-	ReasonPaused      = "paused"        // the tenant is paused
-	ReasonLimitZero   = "limit 0"       // max_slots is 0: dispatch is switched off
+	ReasonIdle        = "idle"                 // nothing behind the cursor, nothing running
+	ReasonApplying    = "applying"             // nothing left to dispatch; batches are being applied
+	ReasonDispatching = "dispatching"          // backlog and a free slot: the dispatcher will take it
+	ReasonAtLimit     = "at slot limit"        // backlog, every slot busy
+	ReasonPaused      = "paused"               // the tenant is paused
+	ReasonCircuitOpen = "partner circuit open" // a held batch waits for the destination's circuit breaker
+	ReasonRetrying    = "retrying"             // a held batch failed and is being retried with backoff
+	ReasonLimitZero   = "limit 0"              // max_slots is 0: dispatch is switched off
 )
 
 // Row is the status of one (tenant, destination).
@@ -39,6 +41,9 @@ type Row struct {
 	DeadLetters  uint64
 	NextSeq      uint64
 	Reason       string
+	// WaitDetail is what the sink said about a batch that is retrying or
+	// waiting for an open circuit (the last error), else "".
+	WaitDetail string `json:",omitempty"`
 }
 
 // Pairs is what status needs from pkg/tenancy.
@@ -75,6 +80,12 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 	for _, p := range pairs {
 		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
 			Paused: p.Paused, NextSeq: p.NextSeq, DeadLetters: dead[p.Dest+" "+p.Tenant]}
+		switch p.Wait {
+		case tenancy.WaitCircuitOpen:
+			r.Reason, r.WaitDetail = ReasonCircuitOpen, p.WaitDetail
+		case tenancy.WaitRetrying:
+			r.Reason, r.WaitDetail = ReasonRetrying, p.WaitDetail
+		}
 		b, err := s.Reader.Next(ctx, p.Tenant, p.NextSeq, 0, work.ReadOptions{Max: 1})
 		if err != nil {
 			return nil, fmt.Errorf("backlog of %s/%s: %w", p.Tenant, p.Dest, err)
@@ -83,7 +94,9 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 			r.Backlog = 1 + b.Pending
 			r.OldestAge = max(0, now().Sub(b.Msgs[0].Time))
 		}
-		r.Reason = reason(r)
+		if r.Reason == "" || r.Paused {
+			r.Reason = reason(r)
+		}
 		rows = append(rows, r)
 	}
 	return rows, nil

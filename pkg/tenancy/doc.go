@@ -10,9 +10,14 @@
 //	api_tokens(hash, tenant|NULL for admin, admin, name, created_at, revoked_at)
 //	limits(tenant, dest, max_slots, weight, changed_at)     PK (tenant, dest)
 //	slots(tenant, dest, slot_no, epoch, holder, acquired_at, expires_at,
-//	      from_seq, to_seq)                                 PK (tenant, dest, slot_no)
+//	      from_seq, to_seq,
+//	      wait_kind, wait_detail, wait_epoch, wait_since)   PK (tenant, dest, slot_no)
 //	cursors(tenant, dest, next_seq)                         PK (tenant, dest)
 //	batches(id, tenant, dest, from_seq, to_seq, slot_no, epoch, holder, created_at)
+//
+// The wait_* columns (00009) are a note the holder of a lease leaves with
+// SetLeaseWait while it backs off ("retrying", "circuit open"); it counts
+// only while wait_epoch is the live lease's epoch (PairStatuses).
 //
 // A (tenant, destination) seen for the first time — by Acquire,
 // AcquireMany, Dispatch, Cursor or SetCursor — is created with defaults

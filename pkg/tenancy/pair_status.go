@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -20,6 +21,13 @@ type PairStatus struct {
 	InUse  int
 	// NextSeq is the next PRODUCTS sequence to dispatch (1 before any).
 	NextSeq uint64
+	// Wait is what a live lease's holder recorded with SetLeaseWait
+	// (WaitCircuitOpen before WaitRetrying, then the newest), "" when no
+	// held batch is waiting; WaitDetail is its detail, WaitSince when that
+	// kind of wait began.
+	Wait       string
+	WaitDetail string
+	WaitSince  time.Time
 }
 
 // PairStatuses returns the state of every (tenant, destination) the store
@@ -34,10 +42,15 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	rows, err := s.pool.Query(ctx, `
 		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused OR l.paused,
 		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()),
-		       COALESCE(c.next_seq, 1)
+		       COALESCE(c.next_seq, 1), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since
 		FROM fairway.limits l
 		JOIN fairway.tenants t ON t.id = l.tenant
 		LEFT JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
+		LEFT JOIN LATERAL (
+			SELECT s.wait_kind, s.wait_detail, s.wait_since FROM fairway.slots s
+			WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()
+			  AND s.wait_kind IS NOT NULL AND s.wait_epoch = s.epoch
+			ORDER BY s.wait_kind = 'circuit open' DESC, s.wait_since DESC LIMIT 1) w ON true
 		WHERE $1 = '' OR l.tenant = $1
 		ORDER BY l.tenant, l.dest`, tenant)
 	if err != nil {
@@ -46,8 +59,12 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairStatus, error) {
 		var p PairStatus
 		var next int64
-		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next)
+		var since *time.Time
+		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next, &p.Wait, &p.WaitDetail, &since)
 		p.NextSeq = uint64(next)
+		if since != nil {
+			p.WaitSince = *since
+		}
 		return p, err
 	})
 	if err != nil {

@@ -151,3 +151,18 @@ func TestBreakerStates(t *testing.T) {
 		t.Fatalf("Retry-After: %s %v", wait, cause)
 	}
 }
+
+// TestRetryAfterErrorMatchesSinkCircuitOpen: the runtime tells an open
+// circuit apart from other retries through sink.ErrCircuitOpen.
+func TestRetryAfterErrorMatchesSinkCircuitOpen(t *testing.T) {
+	t.Parallel()
+	for cause, want := range map[error]bool{ErrCircuitOpen: true, ErrRetryAfter: false, ErrPartnerDisabled: false} {
+		err := fmt.Errorf("b2b p: tenant t: %w", &RetryAfterError{Wait: time.Second, Endpoint: "http://x", Err: cause})
+		if got := errors.Is(err, sink.ErrCircuitOpen); got != want {
+			t.Errorf("%v: errors.Is(sink.ErrCircuitOpen) = %v, want %v", cause, got, want)
+		}
+		if !errors.Is(err, cause) {
+			t.Errorf("%v no longer matches its own cause", cause)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fairwayhq/fairway/internal/sink"
 )
 
 var (
@@ -124,6 +126,12 @@ func (e *RetryAfterError) Error() string {
 }
 
 func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// Is makes an open circuit match internal/sink.ErrCircuitOpen too, so the
+// sink runtime can say that work waits for the partner's breaker.
+func (e *RetryAfterError) Is(target error) bool {
+	return target == sink.ErrCircuitOpen && errors.Is(e.Err, ErrCircuitOpen)
+}
 
 // HTTPStatus makes a RetryAfterError look, to internal/sink.Classify, like
 // the answer that caused it: 429 while a Retry-After is in force, 503 while

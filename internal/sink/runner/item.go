@@ -249,12 +249,31 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 		d = max(d, min(retryAfter, cfg.RetryAfterMax))
 		j.r.m.retries.WithLabelValues(class.String()).Inc()
 		j.log.Info("apply failed; retrying", "attempt", attempt, "records", len(retry), "class", class.String(), "in", d, "err", lastErr)
+		j.noteWait(ctx, lastErr, fmt.Sprintf("attempt %d failed (%s), %d records, next in %s: %v",
+			attempt, class, len(retry), d.Round(time.Millisecond), lastErr))
 		if !sleep(stop, ctx, d) {
 			return retry, errStopped
 		}
 		todo = retry
 	}
 	return nil, nil
+}
+
+// noteWait records on the lease why the item is not finishing (status
+// shows it): the destination's circuit is open, or a failing batch is being
+// retried. Best effort: a failure is logged, a stale lease ignored (the
+// heartbeat reports it).
+func (j *job) noteWait(ctx context.Context, err error, detail string) {
+	kind := tenancy.WaitRetrying
+	if errors.Is(err, sink.ErrCircuitOpen) {
+		kind = tenancy.WaitCircuitOpen
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := j.r.leases.SetLeaseWait(wctx, j.item.LeaseID, j.item.Token, kind, detail); err != nil &&
+		!errors.Is(err, tenancy.ErrStaleLease) && ctx.Err() == nil {
+		j.log.Warn("record why the item waits", "err", err)
+	}
 }
 
 // apply calls the sink, turning a panic or a malformed result into an error.

@@ -21,6 +21,7 @@ import (
 type Leases interface {
 	Extend(ctx context.Context, l tenancy.Lease) (tenancy.Lease, error)
 	Release(ctx context.Context, leaseID string, token int64) error
+	SetLeaseWait(ctx context.Context, leaseID string, token int64, kind, detail string) error
 }
 
 var _ Leases = (*tenancy.Store)(nil)

@@ -1,0 +1,479 @@
+package replay_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/replay"
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// BenchmarkReplayImpact measures what a large replay of one tenant costs the
+// other tenants' live traffic, all on real servers (embedded JetStream with
+// file storage, the local PostgreSQL, the dispatcher and a sink runner):
+//
+//   - tenant "big" has FAIRWAY_BENCH_REPLAY_EVENTS (default 1,000,000)
+//     events in PRODUCTS, already applied (its cursor is past them);
+//   - 50 small tenants each publish 5 events/s from the start to the end;
+//   - one destination (postgres) with slot limits big 4, small tenants 1;
+//     the dispatcher with its defaults (batch 500, Concurrency 4) except a
+//     1 s poll, so it sees the rewound cursor soon; one sink runner with 16
+//     workers and a fake sink whose Apply holds 1 ms + 20 µs per event (a
+//     PostgreSQL upsert's round trip plus its per-row cost). The runner
+//     reads every range back from PRODUCTS, as in production;
+//   - after a 2 s warm-up, a baseline window of FAIRWAY_BENCH_WINDOW
+//     (default 20s) without replay; then replay.Service rewinds big's
+//     cursor to its first event, and the replay window lasts until all of
+//     big's events have been applied again.
+//
+// Latency is a small tenant's event from the start of its publish to the
+// end of the Apply that applied it. Reported: the small tenants' p50 and
+// p99 in each window, p99_ratio = replay p99 / baseline p99 (the issue's
+// target: below 1.10), the replay's duration and rate.
+//
+// Run: FAIRWAY_BENCH_REPLAY_EVENTS=200000 go test -run '^$' -bench BenchmarkReplayImpact -benchtime 1x ./internal/replay/
+func BenchmarkReplayImpact(b *testing.B) {
+	n := benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_EVENTS", 1_000_000)
+	window := benchEnvDuration(b, "FAIRWAY_BENCH_WINDOW", 20*time.Second)
+	const (
+		bigTenant = "big"
+		small     = 50
+		perSec    = 5.0
+		workers   = 16
+		warmUp    = 2 * time.Second
+	)
+	smalls := make([]string, small)
+	for i := range smalls {
+		smalls[i] = fmt.Sprintf("s%02d", i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	e := newReplayBenchEnv(b, ctx)
+
+	admin := e.store()
+	e.setLimit(admin, bigTenant, 4)
+	for _, s := range smalls {
+		e.setLimit(admin, s, 1)
+	}
+	pubStart := time.Now()
+	first, last := e.publishBulk(bigTenant, n, 4)
+	pubTook := time.Since(pubStart)
+	// Already applied: the cursor is past every one of big's events.
+	if err := admin.SetCursor(ctx, bigTenant, tenancy.DestPostgres, last+1); err != nil {
+		b.Fatal(err)
+	}
+
+	fs := &timedSink{big: bigTenant, applied: map[uint64]time.Time{}}
+	reg := prometheus.NewRegistry()
+	r, err := runner.New(ctx, runner.Deps{JetStream: e.js(e.conn("sink")), Sink: fs, Leases: e.store(), Registry: reg},
+		&runner.Config{Concurrency: workers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg},
+		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench", PollInterval: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	wg.Go(func() {
+		if err := disp.Run(runCtx); err != nil {
+			b.Errorf("dispatcher: %v", err)
+		}
+	})
+	wg.Go(func() {
+		if err := r.Run(runCtx); err != nil {
+			b.Errorf("runner: %v", err)
+		}
+	})
+	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := &replay.Service{Store: admin, Pool: e.pools[0], JS: e.js(e.conn("replay")), Reader: work.NewReader(e.conn("reader"), "")}
+
+	b.ResetTimer()
+	t0 := time.Now()
+	tr := startLiveTrickle(ctx, pub, smalls, perSec, t0)
+	baseFrom := t0.Add(warmUp)
+	time.Sleep(time.Until(baseFrom.Add(window)))
+
+	replayFrom := time.Now()
+	rs, err := svc.Start(ctx, replay.Request{Tenant: bigTenant, Dest: tenancy.DestPostgres, FromSeq: first})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Total != uint64(n) {
+		b.Fatalf("replay started %+v, want one replay of %d events", rs, n)
+	}
+	replayDeadline := replayFrom.Add(20 * time.Minute)
+	if !pollUntil(ctx, replayDeadline, func() bool { return fs.bigApplied.Load() >= int64(n) }) {
+		b.Fatalf("replay not applied after %v: %d of %d events", time.Since(replayFrom), fs.bigApplied.Load(), n)
+	}
+	replayTo := time.Now()
+	tr.stop()
+	deadline := time.Now().Add(2 * time.Minute)
+	pubs := tr.records()
+	if !pollUntil(ctx, deadline, func() bool { return fs.appliedCount() >= len(pubs) }) {
+		b.Errorf("small tenants: %d of %d events applied %v after the replay", fs.appliedCount(), len(pubs), time.Since(replayTo))
+	}
+	b.StopTimer()
+
+	base, baseMissing := fs.latencies(pubs, baseFrom, replayFrom, deadline)
+	during, duringMissing := fs.latencies(pubs, replayFrom, replayTo, deadline)
+	replayTook := replayTo.Sub(replayFrom)
+	b.ReportMetric(benchPct(base, 50), "base_p50_ms")
+	b.ReportMetric(benchPct(base, 99), "base_p99_ms")
+	b.ReportMetric(benchPct(during, 50), "replay_p50_ms")
+	b.ReportMetric(benchPct(during, 99), "replay_p99_ms")
+	if p := benchPct(base, 99); p > 0 {
+		b.ReportMetric(benchPct(during, 99)/p, "p99_ratio")
+	}
+	b.ReportMetric(replayTook.Seconds(), "replay_s")
+	b.ReportMetric(float64(n)/replayTook.Seconds(), "replay_events_per_s")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("%d events of %s published in %v; baseline %v: %d small events (%d never applied), p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; "+
+		"replay of %d events in %v (%.0f events/s): %d small events (%d never applied), p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; "+
+		"late publishes %d, publish errors %d, sink calls %d",
+		n, bigTenant, pubTook.Round(time.Millisecond), replayFrom.Sub(baseFrom).Round(time.Millisecond), len(base), baseMissing,
+		benchPct(base, 50), benchPct(base, 90), benchPct(base, 99), benchPct(base, 100),
+		n, replayTook.Round(time.Millisecond), float64(n)/replayTook.Seconds(), len(during), duringMissing,
+		benchPct(during, 50), benchPct(during, 90), benchPct(during, 99), benchPct(during, 100),
+		tr.late.Load(), tr.errs.Load(), fs.calls.Load())
+	if tr.errs.Load() > 0 {
+		b.Errorf("%d small-tenant publishes failed", tr.errs.Load())
+	}
+}
+
+// replayBenchEnv is a fresh embedded JetStream (PRODUCTS, WORK, DLQ) and a
+// fresh migrated database; each component gets its own connection and pool,
+// as separate processes would. Everything closes in the benchmark's
+// cleanup.
+type replayBenchEnv struct {
+	tb    testing.TB
+	ctx   context.Context
+	url   string
+	dsn   string
+	pools []*pgxpool.Pool
+}
+
+func newReplayBenchEnv(tb testing.TB, ctx context.Context) *replayBenchEnv {
+	tb.Helper()
+	e := &replayBenchEnv{tb: tb, ctx: ctx, dsn: testenv.NewDatabase(tb)}
+	if _, err := migrate.Up(ctx, e.dsn); err != nil {
+		tb.Fatalf("migrate: %v", err)
+	}
+	e.url = testenv.NATSServer(tb, tb.TempDir()).ClientURL()
+	js := e.js(e.conn("admin"))
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := dlq.EnsureStream(ctx, js, dlq.StreamConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+func (e *replayBenchEnv) conn(name string) *nats.Conn {
+	e.tb.Helper()
+	nc, err := nats.Connect(e.url, nats.Name(name))
+	if err != nil {
+		e.tb.Fatalf("connect %s: %v", name, err)
+	}
+	e.tb.Cleanup(nc.Close)
+	return nc
+}
+
+func (e *replayBenchEnv) js(nc *nats.Conn) jetstream.JetStream {
+	e.tb.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return js
+}
+
+// store opens a new pool and a Store on it.
+func (e *replayBenchEnv) store() *tenancy.Store {
+	e.tb.Helper()
+	pool, err := pgxpool.New(e.ctx, e.dsn)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	e.tb.Cleanup(pool.Close)
+	e.pools = append(e.pools, pool)
+	st, err := tenancy.New(pool, nil)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return st
+}
+
+func (e *replayBenchEnv) setLimit(st *tenancy.Store, tenant string, limit int) {
+	e.tb.Helper()
+	if _, err := st.EnsureTenant(e.ctx, tenant); err != nil {
+		e.tb.Fatal(err)
+	}
+	if err := st.SetLimit(e.ctx, tenant, tenancy.DestPostgres, limit); err != nil {
+		e.tb.Fatal(err)
+	}
+}
+
+// replayBenchPayload is a realistic small product body (~110 bytes).
+var replayBenchPayload = []byte(`{"name":"Espresso machine","price":{"amount":41900,"currency":"EUR"},"tags":["kitchen","coffee"],"stock":17}`)
+
+var replayBenchProduct atomic.Int64
+
+func replayBenchEvent(tenant string) events.Event {
+	return events.Event{Tenant: tenant, ProductID: "p" + strconv.FormatInt(replayBenchProduct.Add(1), 10), Version: 1,
+		Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: replayBenchPayload}
+}
+
+// publishBulk publishes n events of tenant with publishers goroutines and
+// returns the lowest and highest sequence stored.
+func (e *replayBenchEnv) publishBulk(tenant string, n, publishers int) (first, last uint64) {
+	e.tb.Helper()
+	const chunk = 5000
+	var next atomic.Int64
+	var mu sync.Mutex
+	first = ^uint64(0)
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for p := range publishers {
+		pub, err := events.NewPublisher(e.js(e.conn(fmt.Sprintf("bulk-%d", p))))
+		if err != nil {
+			e.tb.Fatal(err)
+		}
+		wg.Go(func() {
+			evs := make([]events.Event, 0, chunk)
+			for {
+				off := int(next.Add(chunk)) - chunk
+				if off >= n {
+					return
+				}
+				evs = evs[:0]
+				for range min(n, off+chunk) - off {
+					evs = append(evs, replayBenchEvent(tenant))
+				}
+				lo, hi := ^uint64(0), uint64(0)
+				for _, r := range pub.Publish(e.ctx, evs) {
+					if r.Err != nil {
+						errs <- r.Err
+						return
+					}
+					lo, hi = min(lo, r.Seq), max(hi, r.Seq)
+				}
+				mu.Lock()
+				first, last = min(first, lo), max(last, hi)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		e.tb.Fatalf("publish: %v", err)
+	}
+	return first, last
+}
+
+// timedSink is a sink.Sink that holds 1 ms + 20 µs per record and records
+// when each small-tenant event was first applied; big's records are only
+// counted.
+type timedSink struct {
+	big        string
+	calls      atomic.Int64
+	bigApplied atomic.Int64
+	mu         sync.Mutex
+	applied    map[uint64]time.Time // small tenants' events by sequence
+}
+
+var _ sink.Sink = (*timedSink)(nil)
+
+func (s *timedSink) Name() string { return tenancy.DestPostgres }
+
+func (s *timedSink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) {
+	s.calls.Add(1)
+	t := time.NewTimer(time.Millisecond + time.Duration(len(batch))*20*time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	now := time.Now()
+	bigN := 0
+	s.mu.Lock()
+	for _, r := range batch {
+		if r.Event.Tenant == s.big {
+			bigN++
+			continue
+		}
+		if _, ok := s.applied[r.Seq]; !ok {
+			s.applied[r.Seq] = now
+		}
+	}
+	s.mu.Unlock()
+	s.bigApplied.Add(int64(bigN))
+	return make([]error, len(batch)), nil
+}
+
+func (s *timedSink) appliedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.applied)
+}
+
+// latencies returns, sorted, publish → applied of every event in pubs whose
+// publish began in [from, to). An event never applied counts as applied at
+// deadline, and is counted in missing.
+func (s *timedSink) latencies(pubs []livePub, from, to, deadline time.Time) (ds []time.Duration, missing int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range pubs {
+		if p.at.Before(from) || !p.at.Before(to) {
+			continue
+		}
+		at, ok := s.applied[p.seq]
+		if !ok {
+			missing++
+			at = deadline
+		}
+		ds = append(ds, at.Sub(p.at))
+	}
+	slices.Sort(ds)
+	return ds, missing
+}
+
+// livePub is one small-tenant event: its sequence and when its publish
+// began.
+type livePub struct {
+	seq uint64
+	at  time.Time
+}
+
+// liveTrickle publishes perSec events per second for each tenant, each on
+// its own schedule with a random phase, until stop.
+type liveTrickle struct {
+	mu     sync.Mutex
+	pubs   []livePub
+	errs   atomic.Int64
+	late   atomic.Int64 // publishes that began more than 50ms after their slot
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startLiveTrickle(ctx context.Context, pub *events.Publisher, tenants []string, perSec float64, start time.Time) *liveTrickle {
+	ctx, cancel := context.WithCancel(ctx)
+	tr := &liveTrickle{cancel: cancel}
+	every := time.Duration(float64(time.Second) / perSec)
+	for _, tenant := range tenants {
+		phase := rand.N(every)
+		tr.wg.Go(func() {
+			for k := 0; ; k++ {
+				due := start.Add(phase + time.Duration(k)*every)
+				t := time.NewTimer(time.Until(due))
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				at := time.Now()
+				if at.Sub(due) > 50*time.Millisecond {
+					tr.late.Add(1)
+				}
+				r := pub.PublishOne(context.WithoutCancel(ctx), replayBenchEvent(tenant))
+				if r.Err != nil {
+					tr.errs.Add(1)
+					continue
+				}
+				tr.mu.Lock()
+				tr.pubs = append(tr.pubs, livePub{r.Seq, at})
+				tr.mu.Unlock()
+			}
+		})
+	}
+	return tr
+}
+
+// stop ends the publishing and waits for publishes in progress.
+func (tr *liveTrickle) stop() { tr.cancel(); tr.wg.Wait() }
+
+func (tr *liveTrickle) records() []livePub {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return slices.Clone(tr.pubs)
+}
+
+// benchPct is the nearest-rank percentile p (0..100) of sorted ds, in ms.
+func benchPct(ds []time.Duration, p float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(float64(len(ds))*p/100+0.5) - 1
+	i = max(0, min(len(ds)-1, i))
+	return float64(ds[i].Microseconds()) / 1000
+}
+
+// pollUntil polls cond every 10ms until it holds (true) or deadline passes.
+func pollUntil(ctx context.Context, deadline time.Time, cond func() bool) bool {
+	for !cond() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+func benchEnvInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func benchEnvDuration(tb testing.TB, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		tb.Fatalf("%s=%q: want a positive duration", name, v)
+	}
+	return d
+}

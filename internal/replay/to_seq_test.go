@@ -1,0 +1,232 @@
+package replay_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/replay"
+	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+func TestReplayToSeq(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	acme := f.seqs["acme"] // 20 events
+	last := acme[len(acme)-1]
+	f.dispatch(t, "acme", "postgres", last)
+	cursor := func() uint64 {
+		t.Helper()
+		c, err := f.store.Cursor(ctx, "acme", "postgres")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	rs, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[2], ToSeq: acme[9]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.Total != 8 || r.ToSeq != acme[9] || r.End() != acme[9]+1 || r.TargetSeq != last+1 {
+		t.Fatalf("replay %+v, want 8 events %d..%d", r, acme[2], acme[9])
+	}
+	f.dispatch(t, "acme", "postgres", acme[5])
+	if got, _ := f.svc.Get(ctx, r.ID); got.Done != 4 || got.State != replay.StateRunning {
+		t.Fatalf("progress %+v, want 4 of 8", got)
+	}
+	// The batch holding the end reaches past it; the cursor then jumps
+	// back to where it was, and the replay is done.
+	f.dispatch(t, "acme", "postgres", acme[11])
+	if c := cursor(); c != last+1 {
+		t.Fatalf("cursor %d after the end, want %d", c, last+1)
+	}
+	if got, _ := f.svc.Get(ctx, r.ID); got.State != replay.StateDone || got.Done != 8 {
+		t.Fatalf("after the end: %+v", got)
+	}
+	out, _ := f.svc.List(ctx, "acme", false)
+	if len(out) != 1 || out[0].ToSeq != acme[9] {
+		t.Fatalf("listed %+v", out)
+	}
+
+	// The jump was a one-off: an open-ended replay runs to its target.
+	if _, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[0]}); err != nil {
+		t.Fatal(err)
+	}
+	f.dispatch(t, "acme", "postgres", acme[12])
+	if c := cursor(); c != acme[12]+1 {
+		t.Fatalf("open-ended replay jumped: cursor %d, want %d", c, acme[12]+1)
+	}
+	f.dispatch(t, "acme", "postgres", last)
+
+	// Cancel ends a bounded replay and its jump.
+	rs, err = f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[0], ToSeq: acme[3]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Cancel(ctx, rs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if c := cursor(); c != last+1 {
+		t.Fatalf("cursor after cancel %d, want %d", c, last+1)
+	}
+
+	// An end at or past the cursor is no end; an end before the start is
+	// refused.
+	rs, err = f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[15], ToSeq: last + 100})
+	if err != nil || rs[0].ToSeq != 0 || rs[0].Total != 5 {
+		t.Fatalf("end past the cursor: %+v %v", rs, err)
+	}
+	if _, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[5], ToSeq: acme[4]}); err == nil {
+		t.Fatal("end before start accepted")
+	}
+}
+
+// seqSink records every sequence it applies.
+type seqSink struct {
+	mu   sync.Mutex
+	seen map[uint64]int
+}
+
+func (s *seqSink) Name() string { return tenancy.DestPostgres }
+
+func (s *seqSink) Apply(_ context.Context, batch []sink.Record) ([]error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range batch {
+		s.seen[r.Seq]++
+	}
+	return make([]error, len(batch)), nil
+}
+
+func (s *seqSink) counts() map[uint64]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[uint64]int, len(s.seen))
+	for k, v := range s.seen {
+		out[k] = v
+	}
+	return out
+}
+
+// TestReplayToSeqThroughThePipeline: the real dispatcher (batches of 5)
+// and sink runner; a replay of 6..15 applies exactly those again, then the
+// pipeline goes on with live events, skipping 16..30.
+func TestReplayToSeqThroughThePipeline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	store, _ := tenancy.New(pool, nil)
+	_, nc := testenv.NATS(t)
+	js, _ := jetstream.New(nc)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dlq.EnsureStream(ctx, js, dlq.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	s := &seqSink{seen: map[uint64]int{}}
+	reg := prometheus.NewRegistry()
+	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg},
+		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, BatchSize: 5, PollInterval: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(ctx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg}, &runner.Config{FetchWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop(); wg.Wait() })
+	wg.Go(func() { _ = d.Run(runCtx) })
+	wg.Go(func() { _ = r.Run(runCtx) })
+
+	pub, _ := events.NewPublisher(js)
+	publish := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			res := pub.PublishOne(ctx, events.Event{Tenant: "acme", ProductID: fmt.Sprint(i), Version: 1, Op: events.OpUpsert,
+				OccurredAt: time.Now(), Payload: []byte(`{}`)})
+			if res.Err != nil || res.Seq != uint64(i) {
+				t.Fatalf("publish %d: seq %d %v", i, res.Seq, res.Err)
+			}
+		}
+	}
+	want := map[uint64]int{}
+	waitApplied := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			got := s.counts()
+			ok := len(got) == len(want)
+			for k, v := range want {
+				ok = ok && got[k] >= v
+			}
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: applied %v, want %v", what, got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	publish(1, 30)
+	for i := uint64(1); i <= 30; i++ {
+		want[i] = 1
+	}
+	waitApplied("first pass")
+	// Wait for the last release, so the cursor is at 31 when replaying.
+	for c, _ := store.Cursor(ctx, "acme", tenancy.DestPostgres); c != 31; c, _ = store.Cursor(ctx, "acme", tenancy.DestPostgres) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	svc := &replay.Service{Store: store, Pool: pool, JS: js, Reader: work.NewReader(nc, "")}
+	rs, err := svc.Start(ctx, replay.Request{Tenant: "acme", Dest: tenancy.DestPostgres, FromSeq: 6, ToSeq: 15})
+	if err != nil || rs[0].Total != 10 {
+		t.Fatalf("start: %+v %v", rs, err)
+	}
+	for i := uint64(6); i <= 15; i++ {
+		want[i] = 2
+	}
+	waitApplied("replay 6..15")
+	publish(31, 32)
+	want[31], want[32] = 1, 1
+	waitApplied("live after the replay")
+	got := s.counts()
+	var wrong []string
+	for i := uint64(1); i <= 32; i++ {
+		if got[i] != want[i] {
+			wrong = append(wrong, fmt.Sprintf("%d applied %d times, want %d", i, got[i], want[i]))
+		}
+	}
+	if len(wrong) > 0 || len(got) != 32 {
+		slices.Sort(wrong)
+		t.Fatalf("after the replay: %v (all: %v)", wrong, got)
+	}
+	if rp, err := svc.Get(ctx, rs[0].ID); err != nil || rp.State != replay.StateDone {
+		t.Fatalf("replay %+v %v, want done", rp, err)
+	}
+}
