@@ -59,6 +59,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&c.Dispatch.Holder, "holder", env("FAIRWAY_HOLDER", ""), "name of this replica in leases and the batch log (default <hostname>-<pid>)")
 	fs.IntVar(&c.Dispatch.BatchSize, "batch-size", dispatch.BatchSizeDefault, "most events per work item")
 	fs.Int64Var(&c.Dispatch.Quantum, "quantum", 0, "events a weight-1 tenant earns per round (default batch size)")
+	fs.Int64Var(&c.Dispatch.Backfill, "backfill", dispatch.BackfillDefault, "most stream sequences replayed (headers only) at start to index the existing backlog; negative: none")
 	fs.IntVar(&c.Dispatch.GrantBatches, "grant-batches", dispatch.GrantBatchesDefault, "most batches one grant dispatches in one read, one SQL statement and one publish round")
 	fs.IntVar(&c.Dispatch.Concurrency, "concurrency", dispatch.ConcurrencyDefault, "grants dispatched at once per destination")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", tenancy.LeaseTTLDefault, "slot lease time; an unextended batch lease is re-dispatched after it")

@@ -24,6 +24,7 @@ const (
 	ShutdownGraceDefault   = 10 * time.Second
 	RetryDelayDefault      = time.Second
 	ScanParallelismDefault = 16
+	BackfillDefault        = 2_000_000
 )
 
 // Config configures a Dispatcher. The zero value plus Dests is valid.
@@ -91,6 +92,14 @@ type Config struct {
 	// Default 10s.
 	ShutdownGrace time.Duration
 
+	// Backfill is the most stream sequences the dispatcher replays at
+	// start, headers only, to learn where the existing backlog's events
+	// are (from the oldest cursor with backlog), so that the backlog too is
+	// cut into batches without reading PRODUCTS. Backlog older than that is
+	// read. Negative: no backfill. Default 2,000,000 (about 5 s of doorbell
+	// traffic on a 2-core machine).
+	Backfill int64
+
 	// ScanParallelism is how many backlog probes (one batched direct get
 	// each) the startup and poll scans run at once. Default 16.
 	ScanParallelism int
@@ -124,6 +133,7 @@ func (c *Config) WithDefaults() *Config {
 	out.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
 	out.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	out.ScanParallelism = cmp.Or(c.ScanParallelism, ScanParallelismDefault)
+	out.Backfill = cmp.Or(c.Backfill, BackfillDefault)
 	out.Stream = cmp.Or(c.Stream, events.StreamName)
 	if out.Clock == nil {
 		out.Clock = time.Now

@@ -33,11 +33,13 @@ type tenantState struct {
 	cursor  uint64 // next sequence to dispatch; 0 = not loaded yet
 	lastSeq uint64 // highest sequence the doorbell or a scan saw
 	weight  int
-	granted bool   // a grant is outstanding
-	blocked bool   // at its slot limit (or set aside after an error)
-	gen     uint64 // bumped by every release wake-up
-	orphans bool   // an orphan of this tenant waits for a slot
-	bells   uint64 // doorbell rings so far
+	granted bool     // a grant is outstanding
+	blocked bool     // at its slot limit (or set aside after an error)
+	gen     uint64   // bumped by every release wake-up
+	orphans bool     // an orphan of this tenant waits for a slot
+	bells   uint64   // doorbell rings so far
+	live    seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
+	back    seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
 }
 
 func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
@@ -53,6 +55,9 @@ func (x *destination) state(tenant string) *tenantState {
 	ts := x.tenants[tenant]
 	if ts == nil {
 		ts = &tenantState{weight: 1}
+		// The doorbell and backfill delivered what came before without
+		// this state: its index starts at what they deliver now.
+		ts.live.floor, ts.back.floor = x.d.bellSeq.Load(), x.d.backSeq.Load()
 		x.tenants[tenant] = ts
 	}
 	return ts
@@ -141,16 +146,25 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	if int64(n) > g.MaxCost {
 		n = int(max(g.MaxCost, 1))
 	}
-	b, err := d.rd.Next(ctx, k.Tenant, from, 0, work.ReadOptions{Max: n, NoData: true})
-	if err != nil {
-		x.setAside(k, "read", err)
-		return
+	ranges, counts, first, pending, ok := x.fromIndex(ts, from, n)
+	source := "index"
+	if !ok {
+		source = "read"
+		b, err := d.rd.Next(ctx, k.Tenant, from, 0, work.ReadOptions{Max: n, NoData: true})
+		if err != nil {
+			x.setAside(k, "read", err)
+			return
+		}
+		if len(b.Msgs) > 0 {
+			ranges, counts = cut(from, b.Msgs, d.cfg.BatchSize)
+			first, pending = b.Msgs[0].Time, b.Pending
+		}
 	}
-	if len(b.Msgs) == 0 {
+	if len(ranges) == 0 {
 		x.finish(k, from, 0, 0, bells)
 		return
 	}
-	ranges, counts := cut(from, b.Msgs, d.cfg.BatchSize)
+	d.m.grants.WithLabelValues(x.name, source).Inc()
 	leases, err := d.st.DispatchMany(ctx, k.Tenant, x.name, d.cfg.Holder, ranges)
 	switch {
 	case errors.Is(err, tenancy.ErrAtLimit):
@@ -203,11 +217,13 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		})
 	}
 	wg.Wait()
-	if t := b.Msgs[0].Time; !t.IsZero() {
-		d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(t).Seconds())
+	if !first.IsZero() {
+		d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(first).Seconds())
 	}
 	next := leases[len(leases)-1].ToSeq + 1
-	pending := b.Pending + uint64(len(b.Msgs)-sent) // batches that found no slot wait again
+	for _, c := range counts[len(leases):] {
+		pending += uint64(c) // batches that found no slot wait again
+	}
 	if len(leases) < len(ranges) {
 		d.m.atLimit.WithLabelValues(x.name).Inc()
 		x.mu.Lock()
@@ -215,6 +231,50 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		x.mu.Unlock()
 	}
 	x.finish(k, next, sent, pending, bells)
+}
+
+// fromIndex cuts up to n of the tenant's events from cursor into batches
+// using what the doorbell and the backfill delivered, without reading the
+// stream. ok is false when they cannot tell: the cursor is before the point
+// they cover (a replay, or a backlog older than the backfill reached), or
+// they know nothing at or after the cursor yet (the backfill is still on
+// its way, or the doorbell is behind or stopped) — then the caller reads
+// PRODUCTS, which is always right.
+func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges []tenancy.Range, counts []int, first time.Time, rest uint64, ok bool) {
+	d := x.d
+	liveFrom, backFrom := d.liveFrom.Load(), d.backFrom.Load()
+	size := d.cfg.BatchSize
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch {
+	case liveFrom == 0:
+		return nil, nil, time.Time{}, 0, false
+	case cursor >= max(liveFrom, ts.live.floor):
+		// Nothing known: read, in case the doorbell is behind or stopped
+		// (a scan's backlog hint brought the grant).
+		ranges, counts, first, rest = ts.live.take(cursor, n, size)
+		return ranges, counts, first, rest, len(ranges) > 0
+	case backFrom == 0 || cursor < max(backFrom, ts.back.floor):
+		return nil, nil, time.Time{}, 0, false
+	}
+	// cursor is in the backfill's region [backFrom, liveFrom).
+	ranges, counts, first, rest = ts.back.take(cursor, n, size)
+	if !d.backDone.Load() {
+		return ranges, counts, first, rest, len(ranges) > 0
+	}
+	if len(ranges) > 0 {
+		if ts.live.floor == 0 {
+			rest += uint64(ts.live.count())
+		}
+		return ranges, counts, first, rest, true
+	}
+	// The backfill is complete and the tenant has nothing left before
+	// liveFrom: its next events are the live ones.
+	if ts.live.floor != 0 {
+		return nil, nil, time.Time{}, 0, false
+	}
+	ranges, counts, first, rest = ts.live.take(cursor, n, size)
+	return ranges, counts, first, rest, len(ranges) > 0
 }
 
 // blockUnlessReleased marks k blocked at its slot limit, unless one of its
@@ -309,10 +369,16 @@ func (x *destination) unblockAll() {
 	x.kick()
 }
 
-// bell records that tenant has an event at seq.
-func (x *destination) bell(tenant string, seq uint64) {
+// bell records that tenant has an event at seq, stored at at; backfill
+// says whether the backfill (not the live doorbell) delivered it.
+func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill bool) {
 	x.mu.Lock()
 	ts := x.state(tenant)
+	if backfill {
+		ts.back.add(seq, at, indexMaxRuns)
+	} else {
+		ts.live.add(seq, at, indexMaxRuns)
+	}
 	ts.bells++
 	if seq > ts.lastSeq {
 		ts.lastSeq = seq

@@ -19,19 +19,21 @@ import (
 // cursor and weight of a destination (one query), and one batched direct
 // get per (tenant, destination), ScanParallelism at a time, counts the
 // events at or after the cursor (the reply's Nats-Num-Pending). It returns
-// the stream's last sequence before the scan began: the doorbell starts
-// right after it, so nothing stored during the scan is missed.
+// the stream's last sequence before the scan began — the doorbell starts
+// right after it, so nothing stored during the scan is missed — and the
+// lowest cursor of a (tenant, destination) with backlog (0: none), where
+// the backfill may start.
 //
 // Why not the direct get's multi_last on products.>: nats-server 2.15
 // answers it for at most 1,024 subjects (413 Too Many Results beyond), i.e.
 // about 500 tenants; the design is for 10,000.
-func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (uint64, error) {
+func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq, oldest uint64, err error) {
 	start := time.Now()
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(events.SubjectWildcard))
 	if err != nil {
-		return 0, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
+		return 0, 0, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
 	}
-	lastSeq := info.State.LastSeq
+	lastSeq = info.State.LastSeq
 	tenants := map[string]bool{}
 	for subj := range info.State.Subjects {
 		if t, ok := subjectTenant(subj); ok {
@@ -52,7 +54,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (uint64,
 	for _, x := range d.allDests() {
 		ps, err := d.st.PairStates(ctx, x.name)
 		if err != nil {
-			return 0, fmt.Errorf("dispatch: scan: %w", err)
+			return 0, 0, fmt.Errorf("dispatch: scan: %w", err)
 		}
 		m := make(map[string]tenancy.PairState, len(ps))
 		for _, p := range ps {
@@ -85,6 +87,11 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (uint64,
 			backlog, last := uint64(len(b.Msgs))+b.Pending, uint64(0)
 			if len(b.Msgs) > 0 {
 				last = b.Msgs[0].Seq
+				mu.Lock()
+				if oldest == 0 || cursor < oldest {
+					oldest = cursor
+				}
+				mu.Unlock()
 			}
 			p.x.seed(p.tenant, cursor, weight, backlog, last)
 		})
@@ -92,47 +99,97 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (uint64,
 	wg.Wait()
 	d.m.scanSecond.Observe(time.Since(start).Seconds())
 	if firstErr != nil {
-		return 0, fmt.Errorf("dispatch: scan: %w", firstErr)
+		return 0, 0, fmt.Errorf("dispatch: scan: %w", firstErr)
 	}
 	d.log.Debug("backlog scan done", "tenants", len(tenants), "probes", len(probes), "took", time.Since(start))
-	return lastSeq, nil
+	return lastSeq, oldest, nil
 }
 
-// startDoorbell starts the one consumer the dispatcher owns: an ordered,
-// headers-only, ephemeral consumer on products.> from after, whose every
-// message says "tenant has an event at this sequence". One per process,
-// whatever the number of tenants.
-func (d *Dispatcher) startDoorbell(ctx context.Context, after uint64) (jetstream.ConsumeContext, error) {
+// backfillFrom is where the backfill starts: the oldest cursor with
+// backlog, but at most Config.Backfill sequences before the end. Above
+// lastSeq means no backfill.
+func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
+	if oldest == 0 || d.cfg.Backfill <= 0 {
+		return lastSeq + 1
+	}
+	if span := uint64(d.cfg.Backfill); lastSeq >= span && oldest < lastSeq-span+1 {
+		return lastSeq - span + 1
+	}
+	return oldest
+}
+
+// startDoorbell starts an ordered, headers-only, ephemeral consumer on
+// products.> from sequence from, whose every message says "tenant has an
+// event at this sequence". With until 0 it is the doorbell, the one
+// consumer a dispatcher keeps: it follows the stream from the end of the
+// startup scan. Otherwise it is the backfill: it delivers the existing
+// backlog [from, until] to the index once, so the backlog too is cut into
+// batches without reading the stream, and then stops. One or two per
+// process, whatever the number of tenants.
+func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jetstream.ConsumeContext, error) {
 	cons, err := d.js.OrderedConsumer(ctx, d.cfg.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.SubjectWildcard},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    after + 1,
+		OptStartSeq:    from,
 		HeadersOnly:    true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: doorbell consumer: %w", err)
 	}
+	backfill := until > 0
+	reached := make(chan struct{})
+	var once sync.Once
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		md, err := m.Metadata()
 		if err != nil {
 			return
 		}
-		tenant, ok := subjectTenant(m.Subject())
-		if !ok {
+		seq := md.Sequence.Stream
+		if backfill && seq > until {
+			once.Do(func() { close(reached) })
 			return
 		}
-		d.m.wakeups.WithLabelValues("doorbell").Inc()
-		for _, x := range d.destsOf(ctx, tenant, false) {
-			x.bell(tenant, md.Sequence.Stream)
+		if backfill {
+			d.backSeq.Store(seq)
+		} else {
+			d.bellSeq.Store(seq)
 		}
-		if h := d.hooks.onBell; h != nil {
-			h(tenant, md.Sequence.Stream)
+		tenant, ok := subjectTenant(m.Subject())
+		if ok {
+			source := "doorbell"
+			if backfill {
+				source = "backfill"
+			}
+			d.m.wakeups.WithLabelValues(source).Inc()
+			for _, x := range d.destsOf(ctx, tenant, false) {
+				x.bell(tenant, seq, md.Timestamp, backfill)
+			}
+			if h := d.hooks.onBell; h != nil && !backfill {
+				h(tenant, seq)
+			}
+		}
+		if backfill && seq == until {
+			once.Do(func() { close(reached) })
 		}
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		d.log.Debug("doorbell consumer", "err", err)
+		d.log.Debug("doorbell consumer", "backfill", backfill, "err", err)
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: doorbell consume: %w", err)
+	}
+	if backfill {
+		go func() {
+			select {
+			case <-reached:
+				d.backDone.Store(true)
+				d.log.Debug("backfill done", "from", from, "until", until)
+				for _, x := range d.allDests() {
+					x.kick()
+				}
+				cc.Stop()
+			case <-ctx.Done():
+			}
+		}()
 	}
 	return cc, nil
 }
@@ -149,7 +206,7 @@ func (d *Dispatcher) pollLoop(ctx context.Context, stream jetstream.Stream) {
 		case <-t.C:
 		}
 		d.m.wakeups.WithLabelValues("poll").Inc()
-		if _, err := d.scan(ctx, stream); err != nil && ctx.Err() == nil {
+		if _, _, err := d.scan(ctx, stream); err != nil && ctx.Err() == nil {
 			d.log.Warn("poll scan failed", "err", err)
 			d.m.errors.WithLabelValues("", "scan").Inc()
 		}

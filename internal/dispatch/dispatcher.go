@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,6 +61,15 @@ type Dispatcher struct {
 	loops       sync.WaitGroup
 
 	recoverKick chan struct{}
+
+	// The index (seq_index.go) is exact for sequences from liveFrom on,
+	// as the doorbell delivers them, and for [backFrom, liveFrom) once the
+	// backfill has delivered them. 0: not started.
+	liveFrom, backFrom atomic.Uint64
+	backDone           atomic.Bool
+	// The sequence the doorbell (backfill) is delivering right now: a
+	// tenant state created later knows nothing before it.
+	bellSeq, backSeq atomic.Uint64
 }
 
 // hooks let tests stop the dispatcher at exact points. All optional.
@@ -125,15 +135,26 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatch: stream %s: %w", d.cfg.Stream, err)
 	}
-	lastSeq, err := d.scan(ctx, stream)
+	lastSeq, oldest, err := d.scan(ctx, stream)
 	if err != nil {
 		return err
 	}
-	bell, err := d.startDoorbell(ctx, lastSeq)
+	d.liveFrom.Store(lastSeq + 1)
+	bell, err := d.startDoorbell(ctx, lastSeq+1, 0)
 	if err != nil {
 		return err
 	}
 	defer bell.Stop()
+	if from := d.backfillFrom(lastSeq, oldest); from <= lastSeq {
+		d.backFrom.Store(from)
+		back, err := d.startDoorbell(ctx, from, lastSeq)
+		if err != nil {
+			return err
+		}
+		defer back.Stop()
+	} else {
+		d.backDone.Store(true)
+	}
 
 	d.mu.Lock()
 	d.running, d.loopCtx, d.workCtx = true, ctx, workCtx

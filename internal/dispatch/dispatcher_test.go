@@ -233,6 +233,80 @@ func TestSlotLimitEndToEnd(t *testing.T) {
 	t.Logf("%d observer samples, %d violations; sink peaks %v", samples, violations, peaks)
 }
 
+// Batches are cut from what the doorbell and the backfill delivered,
+// without reading PRODUCTS, and cover every sequence exactly once: a
+// backlog of interleaved tenants stored before the dispatcher started (the
+// backfill), events stored while it runs (the doorbell), and — with the
+// backfill off — the old backlog read from the stream. A cursor moved back
+// (replay) is read again, never cut from what the index forgot.
+func TestIndexedDispatch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		backfill int64
+	}{{"backfill", 0}, {"no backfill", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, time.Minute)
+			sizes := map[string]int{"a": 7, "b": 3, "c": 1}
+			seqs := map[string][]uint64{}
+			for id := range sizes {
+				e.tenant(id, 1, 2, pg)
+			}
+			publish := func(rounds int) {
+				for range rounds {
+					for _, id := range []string{"a", "b", "c"} {
+						seqs[id] = append(seqs[id], e.publish(id, sizes[id])...)
+					}
+				}
+			}
+			publish(40) // interleaved backlog: runs of 7, 3 and 1
+			total := func() (n int) {
+				for _, s := range seqs {
+					n += len(s)
+				}
+				return n
+			}
+			s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+			d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 20, Backfill: tc.backfill, PollInterval: 100 * time.Millisecond}, nil)
+			applied := func() (n int) {
+				for id := range sizes {
+					n += s.events(id)
+				}
+				return n
+			}
+			e.waitFor("the backlog applied", func() bool { return applied() >= total() })
+			publish(40) // live
+			e.waitFor("the live events applied", func() bool { return applied() >= total() })
+			checkExactlyOnce(t, s.snapshot(), seqs, false)
+
+			// A replay moves a's cursor back behind what the index still
+			// knows: those ranges must come from reads, each item counting
+			// exactly the events its range holds.
+			if err := e.st.SetCursor(e.ctx, "a", pg, seqs["a"][0]); err != nil {
+				t.Fatal(err)
+			}
+			e.waitFor("a's events applied again", func() bool { return s.events("a") >= 2*len(seqs["a"]) })
+			for _, it := range s.snapshot() {
+				n := 0
+				for _, q := range seqs[it.Tenant] {
+					if q >= it.FromSeq && q <= it.ToSeq {
+						n++
+					}
+				}
+				if n != it.Count {
+					t.Errorf("item %s/%d-%d counts %d events, its range holds %d", it.Tenant, it.FromSeq, it.ToSeq, it.Count, n)
+				}
+			}
+			indexed, read := d.Grants(pg, "index"), d.Grants(pg, "read")
+			t.Logf("grants from the index %.0f, from reads %.0f", indexed, read)
+			if indexed == 0 {
+				t.Fatalf("no grant was cut from the index (%.0f reads)", read)
+			}
+		})
+	}
+}
+
 // A batch whose work item could not be published (here: a publish timeout
 // too short to succeed, the same path a shutdown whose grace ran out takes)
 // is handed back at once, and a new dispatcher re-dispatches it without

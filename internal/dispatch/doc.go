@@ -11,10 +11,12 @@
 // grants while fewer than Config.Concurrency grants are in flight; for a
 // grant it
 //
-//  1. reads up to the grant's size of the tenant's sequence numbers from
-//     its cursor with one batched direct get (internal/work Reader) and
-//     cuts them into batches of at most Config.BatchSize events (a grant
-//     holds up to Config.GrantBatches batches),
+//  1. takes up to the grant's size of the tenant's sequence numbers from
+//     its cursor out of the index the doorbell keeps (seq_index.go), or,
+//     where the index cannot tell, reads them with one batched direct get
+//     (internal/work Reader), and cuts them into batches of at most
+//     Config.BatchSize events (a grant holds up to Config.GrantBatches
+//     batches),
 //  2. calls tenancy.DispatchMany: take a slot per batch while the tenant
 //     has free ones, check the cursor, log the batches on their leases,
 //     advance the cursor — one statement, one transaction, one round trip,
@@ -36,7 +38,23 @@
 // and destination for the exact pending count) and then follows one
 // headers-only ordered consumer on products.> — the doorbell — from the
 // sequence the scan started at. JetStream state is one ephemeral consumer
-// per dispatcher process. The scan repeats every PollInterval as a fallback.
+// per dispatcher process (two while the backfill runs). The scan repeats
+// every PollInterval as a fallback.
+//
+// # Cutting batches without reading the stream
+//
+// The doorbell delivers every event's sequence and subject anyway, so each
+// destination keeps, per tenant, the sequences it delivered as runs of
+// consecutive numbers (seq_index.go) and cuts a grant's batches from them
+// without a direct get. At start a second ordered consumer, the backfill,
+// delivers the existing backlog the same way (from the oldest cursor with
+// backlog, at most Config.Backfill sequences) and stops. The index is
+// used only where it is exact: at or after the point its consumer started
+// from and at or after what it has forgotten (runs dropped over
+// indexMaxRuns, sequences behind the cursor). Everything else — a replay's
+// rewound cursor, a backlog older than the backfill reached, a tenant the
+// index knows nothing more of — is read from PRODUCTS, which is always
+// right. fairway_dispatcher_grants_total{source} counts both.
 //
 // # Crash safety
 //

@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -9,3 +11,9 @@ import (
 func (d *Dispatcher) SetBeforeDispatch(f func(scheduler.Grant))   { d.hooks.beforeDispatch = f }
 func (d *Dispatcher) SetAfterCommit(f func([]tenancy.Lease))      { d.hooks.afterCommit = f }
 func (d *Dispatcher) SetOnBell(f func(tenant string, seq uint64)) { d.hooks.onBell = f }
+
+// Grants returns how many grants of dest took their sequences from source
+// ("index" or "read").
+func (d *Dispatcher) Grants(dest, source string) float64 {
+	return testutil.ToFloat64(d.m.grants.WithLabelValues(dest, source))
+}

@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // counts are unbounded.
 type metrics struct {
 	items      *prometheus.CounterVec   // dest
+	grants     *prometheus.CounterVec   // dest, source: where a grant's sequences came from (index, read)
 	events     *prometheus.CounterVec   // dest
 	latency    *prometheus.HistogramVec // dest: oldest event's store time -> work item acked
 	active     *prometheus.GaugeVec     // dest
@@ -25,6 +26,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		items: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "items_total", Help: "Work items handed to stream WORK, by destination."}, []string{"dest"}),
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "grants_total", Help: "Grants with events, by destination and where their sequence numbers came from: index (what the doorbell or backfill delivered) or read (a direct get of PRODUCTS)."}, []string{"dest", "source"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "events_total", Help: "Events covered by dispatched work items, by destination."}, []string{"dest"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
@@ -36,9 +39,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "scheduler_blocked", Help: "Tenants skipped at their slot limit."}, []string{"dest"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "in_flight", Help: "Batches being dispatched right now."}, []string{"dest"}),
+			Name: "in_flight", Help: "Grants being dispatched right now."}, []string{"dest"}),
 		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), release (a slot freed), rescan (listener reconnected), poll."}, []string{"source"}),
+			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll."}, []string{"source"}),
 		atLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "at_limit_total", Help: "Dispatch attempts that found the tenant at its slot limit."}, []string{"dest"}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -52,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		scanSecond: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "scan_seconds", Help: "Duration of a full backlog scan.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
 	}
-	for _, c := range []prometheus.Collector{m.items, m.events, m.latency, m.active, m.blocked, m.inFlight,
+	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
 		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.scanSecond} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -1,0 +1,117 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// seqIndex is what the doorbell told one destination about one tenant's
+// events: their sequences, as runs of consecutive numbers, in the order the
+// doorbell (an ordered consumer) delivered them. With it the dispatcher cuts
+// a grant's batches without reading PRODUCTS. It is exact for sequences at
+// or after the point from which the doorbell has been following the stream
+// (Dispatcher.liveFrom, backFrom) and at or after floor: floor moves past
+// what the index forgot — runs dropped when a tenant piles up more than
+// maxRuns, sequences trimmed behind the cursor — and below it the
+// dispatcher reads the stream as before. Not safe for concurrent
+// use: the destination's mutex guards it.
+type seqIndex struct {
+	runs  []seqRun
+	floor uint64 // sequences below it were dropped (0: none)
+}
+
+// indexMaxRuns bounds one tenant's index per destination (about 40 bytes a
+// run). A tenant whose events interleave with others' so finely that its
+// backlog spans more runs is read from the stream for the oldest part.
+const indexMaxRuns = 100_000
+
+// count returns the number of sequences in the index.
+func (ix *seqIndex) count() int {
+	n := 0
+	for _, r := range ix.runs {
+		n += int(r.last - r.first + 1)
+	}
+	return n
+}
+
+// seqRun is a run of consecutive sequences of one tenant.
+type seqRun struct {
+	first, last uint64
+	at          time.Time // when the run's first event was stored
+}
+
+// add records that the tenant has an event at seq, stored at at. Sequences
+// at or below the last one known (a redelivery) are ignored. It keeps at
+// most maxRuns runs.
+func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) {
+	if n := len(ix.runs); n > 0 {
+		last := &ix.runs[n-1]
+		switch {
+		case seq <= last.last:
+			return
+		case seq == last.last+1:
+			last.last = seq
+			return
+		}
+	}
+	if seq < ix.floor {
+		return
+	}
+	ix.runs = append(ix.runs, seqRun{first: seq, last: seq, at: at})
+	if len(ix.runs) > maxRuns {
+		drop := len(ix.runs) - maxRuns
+		ix.floor = ix.runs[drop].first
+		ix.runs = append(ix.runs[:0], ix.runs[drop:]...)
+	}
+}
+
+// trim forgets sequences below cursor. The index no longer knows them, so
+// floor moves up to cursor: a cursor moved back later (a replay) is read.
+func (ix *seqIndex) trim(cursor uint64) {
+	ix.floor = max(ix.floor, cursor)
+	i := 0
+	for i < len(ix.runs) && ix.runs[i].last < cursor {
+		i++
+	}
+	if i > 0 {
+		ix.runs = append(ix.runs[:0], ix.runs[i:]...)
+	}
+	if len(ix.runs) > 0 && ix.runs[0].first < cursor {
+		ix.runs[0].first = cursor
+	}
+}
+
+// take cuts up to n known events at or after cursor into batches of at
+// most size events, as cut does for a read: the first range starts at
+// cursor and each next one right after the previous one's end. It returns
+// the store time of the first event taken (approximately: its run's first
+// event) and how many known events remain after those taken. It does not
+// forget what it took: trim does, once the cursor has moved.
+func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, counts []int, at time.Time, rest uint64) {
+	ix.trim(cursor)
+	if len(ix.runs) > 0 {
+		at = ix.runs[0].at
+	}
+	from, inBatch, taken := cursor, 0, 0
+	for i, r := range ix.runs {
+		lastRun := i == len(ix.runs)-1
+		for seq := r.first; seq <= r.last; {
+			if taken == n {
+				rest += r.last - seq + 1
+				break
+			}
+			// As much of the run as the batch and n allow.
+			k := min(r.last-seq+1, uint64(size-inBatch), uint64(n-taken))
+			seq += k
+			inBatch += int(k)
+			taken += int(k)
+			if inBatch == size || taken == n || seq > r.last && lastRun {
+				ranges = append(ranges, tenancy.Range{From: from, To: seq - 1})
+				counts = append(counts, inBatch)
+				from, inBatch = seq, 0
+			}
+		}
+	}
+	return ranges, counts, at, rest
+}
