@@ -6,8 +6,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/ingest"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -44,9 +42,9 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := ingest.NewJetStream(nc)
 	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+		return err
 	}
 	if _, err := events.EnsureStream(startCtx, js, cfg.Stream); err != nil {
 		return err

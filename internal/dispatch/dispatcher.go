@@ -303,6 +303,15 @@ func (d *Dispatcher) kickRecovery() {
 	}
 }
 
+// publishAttemptTimeout bounds the first publish attempt; each retry gets
+// twice as long as the one before (a slow but working server still gets its
+// ack through). An ack lost on the way (the connection moved to another
+// node, WORK's leader changed) is never answered; without a bound of its own
+// one attempt would wait out the whole PublishTimeout (seen in the NATS
+// failover test: a 10 s stall, then the batch handed back) instead of being
+// retried once the stream answers again.
+const publishAttemptTimeout = 2 * time.Second
+
 // publish hands it to WORK, retrying transient failures (same Msg-Id, so a
 // retry of a publish that did land is a duplicate) until PublishTimeout.
 func (d *Dispatcher) publish(ctx context.Context, it work.Item) error {
@@ -313,8 +322,10 @@ func (d *Dispatcher) publish(ctx context.Context, it work.Item) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
 	defer cancel()
 	backoff := 20 * time.Millisecond
-	for {
-		_, err := d.js.PublishMsg(ctx, msg)
+	for attempt := publishAttemptTimeout; ; attempt *= 2 {
+		actx, acancel := context.WithTimeout(ctx, attempt)
+		_, err := d.js.PublishMsg(actx, msg)
+		acancel()
 		if err == nil {
 			return nil
 		}

@@ -163,6 +163,49 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 	}
 }
 
+// NextSeqFromLeader returns the sequence of tenant's first event at or
+// after from as the stream's leader sees it; ok is false when there is none.
+// It uses the STREAM.MSG.GET API, which only the leader answers: a direct
+// get may be answered by a replica still catching up, so use this to tell
+// "not there yet on that replica" from "gone".
+func (r *Reader) NextSeqFromLeader(ctx context.Context, tenant string, from uint64) (seq uint64, ok bool, err error) {
+	subj, err := events.TenantSubjects(tenant)
+	if err != nil {
+		return 0, false, err
+	}
+	if _, has := ctx.Deadline(); !has {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+	}
+	req, _ := json.Marshal(directGetRequest{Seq: max64(from, 1), NextFor: subj})
+	m, err := r.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+r.stream, req)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: leader get of tenant %s from %d: %v", ErrStreamRead, tenant, from, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return 0, false, fmt.Errorf("%w: leader get of tenant %s from %d: %v", ErrStreamRead, tenant, from, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return 0, false, nil
+	case resp.Error != nil:
+		return 0, false, fmt.Errorf("%w: leader get of tenant %s from %d: %d %s", ErrStreamRead, tenant, from, resp.Error.Code, resp.Error.Description)
+	case resp.Message == nil:
+		return 0, false, fmt.Errorf("%w: leader get of tenant %s from %d: empty answer", ErrStreamRead, tenant, from)
+	}
+	return resp.Message.Seq, true, nil
+}
+
 // trim drops messages past upTo; they are counted back into Pending.
 func trim(b Batch, upTo uint64) Batch {
 	if upTo == 0 {

@@ -170,4 +170,12 @@ func TestReaderReadsOneTenantInOrder(t *testing.T) {
 	if _, err := rd.ReadRange(ctx, it); !errors.Is(err, work.ErrStreamRead) {
 		t.Fatalf("short range: %v", err)
 	}
+	// The leader's view: the tenant's next event at or after a sequence,
+	// skipping other tenants' events; none past the last one.
+	if seq, ok, err := rd.NextSeqFromLeader(ctx, "acme", acmeSeqs[1]+1); err != nil || !ok || seq != acmeSeqs[2] {
+		t.Fatalf("NextSeqFromLeader after %d: %d %v %v, want %d", acmeSeqs[1], seq, ok, err, acmeSeqs[2])
+	}
+	if seq, ok, err := rd.NextSeqFromLeader(ctx, "acme", acmeSeqs[len(acmeSeqs)-1]+1); err != nil || ok {
+		t.Fatalf("NextSeqFromLeader past the end: %d %v %v, want none", seq, ok, err)
+	}
 }
