@@ -66,11 +66,19 @@ type Config struct {
 	WorkStream     string
 	ProductsStream string
 	DLQStream      string
-	// Concurrency is how many work items this process applies at once.
-	// Default 4.
+	// Concurrency is how many work items this process applies at once
+	// (Apply calls in flight). Default 4.
 	Concurrency int
+	// ReadAhead is how many further work items this process fetches and
+	// reads while its applies are busy, so that the next item's events are
+	// in memory when an apply finishes; an item also finishes (dead
+	// letters, release, ack) without holding an apply. Items read ahead
+	// are kept alive like applying ones (InProgress, lease extension).
+	// Default Concurrency; negative means none.
+	ReadAhead int
 	// FetchBatch bounds one fetch; a fetch never asks for more items than
-	// there are free workers. Default Concurrency.
+	// there is room for (Concurrency + ReadAhead held in all). Default
+	// Concurrency.
 	FetchBatch int
 	// FetchWait is how long one fetch waits for items. Default 5s.
 	FetchWait time.Duration
@@ -122,6 +130,10 @@ func (c *Config) WithDefaults(dest string) *Config {
 	out.ProductsStream = cmp.Or(out.ProductsStream, events.StreamName)
 	out.DLQStream = cmp.Or(out.DLQStream, dlq.StreamName)
 	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
+	out.ReadAhead = cmp.Or(out.ReadAhead, out.Concurrency)
+	if out.ReadAhead < 0 {
+		out.ReadAhead = 0
+	}
 	out.FetchBatch = cmp.Or(out.FetchBatch, out.Concurrency)
 	out.FetchWait = cmp.Or(out.FetchWait, FetchWaitDefault)
 	out.AckWait = cmp.Or(out.AckWait, AckWaitDefault)

@@ -5,27 +5,40 @@
 //
 // # One work item
 //
-//  1. Fetch. The runner fetches only as many items as it has free workers
-//     (at most Config.FetchBatch), so no item waits in a buffer while its
-//     AckWait runs. While an item works, the runner sends InProgress every
-//     Config.InProgressEvery and extends the item's slot lease every
-//     Config.ExtendEvery, so neither expires under a slow but live sink.
+//  1. Fetch. The runner holds at most Config.Concurrency +
+//     Config.ReadAhead items and fetches only as many as it has room for
+//     (at most Config.FetchBatch). From the fetch on, it sends InProgress
+//     every Config.InProgressEvery and extends the item's slot lease every
+//     Config.ExtendEvery, so neither expires under a slow but live sink or
+//     while the item waits for an apply slot.
 //  2. Read. The item names a range of PRODUCTS sequences; the events are
-//     read with batched direct gets. Events missing from the range (aged
-//     out of PRODUCTS) become one KindRange dead letter; the rest are
-//     applied. An event that does not decode is dead-lettered.
+//     read with batched direct gets (work.Reader.ReadItem: a dense range by
+//     sequence, a shared one by subject). Events missing from the range
+//     (aged out of PRODUCTS) become one KindRange dead letter; the rest are
+//     applied. An event that does not decode is dead-lettered. Reading
+//     needs no apply slot: with every apply busy, up to ReadAhead further
+//     items are read, so an apply slot never waits for a read.
 //  3. Apply, classify, retry. sink.Classify (or Config.Classify) sorts
 //     every failure: permanent → dead letter at once; transient → retry
 //     with jittered exponential backoff (cenkalti/backoff/v4), at least the
 //     Retry-After the destination asked for, until Backoff.MaxElapsed;
 //     unknown → like transient until Config.MaxAttempts, then dead letter.
+//     Every Apply call takes one of Config.Concurrency apply slots and
+//     gives it back when it returns, so a record waiting out its backoff
+//     does not hold one.
 //     Per-record errors are handled per record: only the failing records
 //     are retried or dead-lettered, their neighbours count as applied. The
 //     slot stays held during retries, so a failing tenant or partner slows
 //     only itself.
 //  4. Finish. Dead letters are published (and acknowledged by JetStream),
 //     the lease is released (fenced: a stale token changes nothing and is
-//     logged), and the item is acked.
+//     logged), and the item is acked — in that order, after the last
+//     Apply, without an apply slot.
+//
+// Log lines about an item name it ("item", its WORK message id:
+// lease/from-to) and the ingest request ids of the events concerned
+// ("requests": the first three distinct ids of events.HeaderRequestID and
+// their count), so a failure in a sink leads back to the request.
 //
 // # Failure cases
 //
@@ -46,7 +59,7 @@
 // # Shutdown
 //
 // When Run's context ends the runner stops fetching. Items waiting to
-// retry are handed back at once (Nak, lease kept until it expires); items
+// retry or waiting for an apply slot are handed back at once (Nak, lease kept until it expires); items
 // inside Apply get Config.ShutdownGrace to finish, then their context is
 // cancelled and they are handed back. Nothing unfinished is acked or
 // released.

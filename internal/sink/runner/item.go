@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
@@ -65,7 +67,8 @@ func (r *Runner) handle(stop, hard context.Context, msg jetstream.Msg) {
 	defer cancel()
 	j := &job{
 		r: r, msg: msg, item: it, deliveries: deliveries,
-		log: r.log.With("tenant", it.Tenant, "lease", it.LeaseID, "range", fmt.Sprintf("%d..%d", it.FromSeq, it.ToSeq), "delivery", deliveries),
+		log: r.log.With("item", it.MsgID(), "tenant", it.Tenant, "lease", it.LeaseID,
+			"range", fmt.Sprintf("%d..%d", it.FromSeq, it.ToSeq), "delivery", deliveries),
 	}
 	j.stopHeartbeat = j.heartbeat(ctx)
 	defer j.stopHeartbeat()
@@ -117,7 +120,7 @@ func (j *job) run(stop, ctx context.Context) string {
 	}
 	todo, err := j.applyLoop(stop, ctx, todo)
 	if err != nil {
-		j.log.Info("work item handed back", "err", err)
+		j.log.Info("work item handed back", "err", err, j.storedRequests())
 		_ = j.msg.Nak()
 		return outcomeHandedBack
 	}
@@ -130,17 +133,9 @@ func (j *job) run(stop, ctx context.Context) string {
 func (j *job) read(stop, ctx context.Context) error {
 	it := j.item
 	err := j.retry(stop, ctx, "read events", func(ctx context.Context) error {
-		out := make([]work.Stored, 0, it.Count)
-		for from := it.FromSeq; from <= it.ToSeq && len(out) < it.Count; {
-			b, err := j.r.reader.Next(ctx, it.Tenant, from, it.ToSeq, work.ReadOptions{Max: min(it.Count-len(out), 1000)})
-			if err != nil {
-				return err
-			}
-			if len(b.Msgs) == 0 {
-				break
-			}
-			out = append(out, b.Msgs...)
-			from = b.Msgs[len(b.Msgs)-1].Seq + 1
+		out, err := j.r.reader.ReadItem(ctx, it)
+		if err != nil {
+			return err
 		}
 		if len(out) < it.Count {
 			if err := j.r.shortRead(ctx, it, out); err != nil {
@@ -163,7 +158,8 @@ func (j *job) read(stop, ctx context.Context) error {
 			Deliveries: j.deliveries, FirstFailure: now, LastFailure: now,
 			SourceStream: j.r.cfg.ProductsStream, SourceSeq: it.FromSeq, Lease: it.LeaseID, Data: j.msg.Data(),
 		})
-		j.log.Error("events of a work item are gone from the stream; recorded as a lost range", "missing", missing, "count", it.Count)
+		j.log.Error("events of a work item are gone from the stream; recorded as a lost range", "missing", missing, "count", it.Count,
+			j.storedRequests())
 	}
 	j.recs = make([]sink.Record, 0, len(j.stored))
 	for i, s := range j.stored {
@@ -215,7 +211,18 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 		for n, k := range todo {
 			batch[n] = j.recs[k]
 		}
+		if stop.Err() != nil {
+			return todo, errStopped
+		}
+		select { // wait for an apply slot; handed back if stopped meanwhile
+		case j.r.applying <- struct{}{}:
+		case <-stop.Done():
+			return todo, errStopped
+		case <-ctx.Done():
+			return todo, errStopped
+		}
 		errs, err := j.apply(ctx, batch)
+		<-j.r.applying
 		if ctx.Err() != nil {
 			return todo, errStopped
 		}
@@ -277,7 +284,8 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 		}
 		d = max(d, min(retryAfter, cfg.RetryAfterMax))
 		j.r.m.retries.WithLabelValues(class.String()).Inc()
-		j.log.Info("apply failed; retrying", "attempt", attempt, "records", len(retry), "class", class.String(), "in", d, "err", lastErr)
+		j.log.Info("apply failed; retrying", "attempt", attempt, "records", len(retry), "class", class.String(), "in", d, "err", lastErr,
+			j.recRequests(retry))
 		j.noteWait(ctx, lastErr, fmt.Sprintf("attempt %d failed (%s), %d records, next in %s: %v",
 			attempt, class, len(retry), d.Round(time.Millisecond), lastErr))
 		if !sleep(stop, ctx, d) {
@@ -329,7 +337,7 @@ func (j *job) finish(stop, ctx context.Context, left int) string {
 			return j.r.dlq.Publish(ctx, j.letters)
 		})
 		if err != nil {
-			j.log.Warn("work item handed back: dead letters not stored", "err", err)
+			j.log.Warn("work item handed back: dead letters not stored", "err", err, j.letterRequests())
 			_ = j.msg.Nak()
 			return outcomeHandedBack
 		}
@@ -339,13 +347,13 @@ func (j *job) finish(stop, ctx context.Context, left int) string {
 			j.r.m.deadLetters.WithLabelValues(l.Class).Inc()
 		}
 		j.log.Warn("dead-lettered", "letters", len(j.letters), "by_class", byClass, "applied", j.applied,
-			"first_reason", j.letters[0].Reason, "first_seq", j.letters[0].SourceSeq)
+			"first_reason", j.letters[0].Reason, "first_seq", j.letters[0].SourceSeq, j.letterRequests())
 	}
 	outcome := outcomeDone
 	if j.fenced.Load() {
 		outcome = outcomeFenced
 		j.log.Warn("lease fenced out: the range was re-dispatched under a newer lease; acking without release and leaving the rest to it",
-			"applied", j.applied, "left", left)
+			"applied", j.applied, "left", left, j.storedRequests())
 	} else {
 		j.release(ctx)
 	}
@@ -499,4 +507,60 @@ func sleep(stop, ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// requestIDsMax bounds the request ids one log line names.
+const requestIDsMax = 3
+
+// requestIDs is the log attribute "requests" naming the distinct request
+// ids (events.HeaderRequestID, set at ingest) of the events whose headers
+// hs yields: the first requestIDsMax of them as ids, and count, how many
+// there are in all. It ties a sink's log line to the ingest request.
+func requestIDs(hs iter.Seq[nats.Header]) slog.Attr {
+	seen := map[string]struct{}{}
+	ids := []string{}
+	for h := range hs {
+		id := h.Get(events.HeaderRequestID)
+		if _, dup := seen[id]; dup || id == "" {
+			continue
+		}
+		seen[id] = struct{}{}
+		if len(ids) < requestIDsMax {
+			ids = append(ids, id)
+		}
+	}
+	return slog.Group("requests", "ids", ids, "count", len(seen))
+}
+
+// storedRequests names the request ids of every event read.
+func (j *job) storedRequests() slog.Attr {
+	return requestIDs(func(yield func(nats.Header) bool) {
+		for _, s := range j.stored {
+			if !yield(s.Header) {
+				return
+			}
+		}
+	})
+}
+
+// recRequests names the request ids of recs[ks].
+func (j *job) recRequests(ks []int) slog.Attr {
+	return requestIDs(func(yield func(nats.Header) bool) {
+		for _, k := range ks {
+			if !yield(j.stored[j.src[k]].Header) {
+				return
+			}
+		}
+	})
+}
+
+// letterRequests names the request ids of the dead letters.
+func (j *job) letterRequests() slog.Attr {
+	return requestIDs(func(yield func(nats.Header) bool) {
+		for _, l := range j.letters {
+			if !yield(l.Header) {
+				return
+			}
+		}
+	})
 }

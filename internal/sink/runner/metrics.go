@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 		Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 14),
 	}, []string{"dest"})
 	inFlight := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fairway_sink_in_flight_items", Help: "Work items being applied by this process.",
+		Name: "fairway_sink_in_flight_items", Help: "Work items held by this process (reading, applying or finishing).",
 	}, []string{"dest"})
 	stale := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fairway_sink_stale_leases_total", Help: "Leases found fenced out (re-dispatched) on extend or release.",

@@ -48,8 +48,10 @@ type Runner struct {
 	reader *work.Reader
 	dlq    *dlq.Queue
 	cons   jetstream.Consumer
-	m      *metrics
-	log    *slog.Logger
+	// applying holds a token per Apply in flight (Concurrency).
+	applying chan struct{}
+	m        *metrics
+	log      *slog.Logger
 }
 
 // New validates cfg and creates (or updates) the destination's durable
@@ -78,7 +80,7 @@ func New(ctx context.Context, d Deps, cfg *Config) (*Runner, error) {
 	return &Runner{
 		cfg: c, js: d.JetStream, sink: d.Sink, leases: d.Leases,
 		reader: work.NewReader(d.JetStream.Conn(), c.ProductsStream),
-		dlq:    q, cons: cons, m: m,
+		dlq:    q, cons: cons, m: m, applying: make(chan struct{}, c.Concurrency),
 		log: c.Logger.With("dest", c.Dest),
 	}, nil
 }
@@ -111,9 +113,9 @@ func (r *Runner) Config() Config { return *r.cfg }
 func (r *Runner) Run(ctx context.Context) error {
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()
-	free := make(chan struct{}, r.cfg.Concurrency) // a token per busy worker
+	free := make(chan struct{}, r.cfg.Concurrency+r.cfg.ReadAhead) // a token per item held
 	var wg sync.WaitGroup
-	r.log.Info("sink runner started", "consumer", r.cfg.Consumer, "concurrency", r.cfg.Concurrency)
+	r.log.Info("sink runner started", "consumer", r.cfg.Consumer, "concurrency", r.cfg.Concurrency, "read_ahead", r.cfg.ReadAhead)
 	pause := r.cfg.newBackOff()
 	pause.MaxElapsedTime = 0
 	for {

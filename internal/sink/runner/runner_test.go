@@ -349,3 +349,56 @@ func TestShutdownHandsBackRetryingItem(t *testing.T) {
 		t.Fatalf("second runner: rows %d in use %d, want 1 and 0", e.rows("acme"), e.inUse("acme", "postgres"))
 	}
 }
+
+// Concurrency bounds the Apply calls in flight; ReadAhead more items are
+// fetched and read meanwhile (kept alive, not applied), and applied as
+// soon as an apply slot frees.
+func TestReadAheadKeepsApplyConcurrency(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var running, most atomic.Int64
+	unblock := make(chan struct{})
+	w := &wrapSink{inner: e.pg, before: func(ctx context.Context, _ int, _ []sink.Record) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select {
+		case <-unblock:
+		case <-ctx.Done():
+		}
+		return nil
+	}}
+	tenants := []string{"t1", "t2", "t3", "t4", "t5", "t6"}
+	for _, tenant := range tenants {
+		e.publish(upsert(tenant, "a", 1))
+		e.dispatch(tenant, "postgres", 1)
+	}
+	cfg := e.fastConfig()
+	cfg.Concurrency, cfg.ReadAhead = 2, 2
+	r, _ := e.start(w, cfg)
+	eventually(t, "two items applying and two read ahead", func() error {
+		c, err := e.js.Consumer(context.Background(), work.StreamName, r.Config().Consumer)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if running.Load() != 2 || info.NumAckPending != 4 {
+			return fmt.Errorf("%d applying, %d items out, want 2 and 4", running.Load(), info.NumAckPending)
+		}
+		return nil
+	})
+	close(unblock)
+	e.drained(r.Config().Consumer)
+	if got := most.Load(); got != 2 {
+		t.Errorf("at most %d Apply calls at once, want 2 (Concurrency)", got)
+	}
+	for _, tenant := range tenants {
+		if e.rows(tenant) != 1 || e.inUse(tenant, "postgres") != 0 {
+			t.Errorf("%s: %d rows, %d slots in use, want 1 and 0", tenant, e.rows(tenant), e.inUse(tenant, "postgres"))
+		}
+	}
+}
