@@ -260,7 +260,9 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	// cursor is in the backfill's region [backFrom, liveFrom).
 	ranges, counts, first, rest = ts.back.take(cursor, n, size)
 	if !d.backDone.Load() {
-		return ranges, counts, first, rest, len(ranges) > 0
+		// Still on its way: use it only when it already knows a whole
+		// grant's worth, or batches would come out short; else read.
+		return ranges, counts, first, rest, sum(counts) == n
 	}
 	if len(ranges) > 0 {
 		if ts.live.floor == 0 {
@@ -415,4 +417,11 @@ func (x *destination) markOrphan(tenant string) {
 	x.mu.Lock()
 	x.state(tenant).orphans = true
 	x.mu.Unlock()
+}
+
+func sum(xs []int) (n int) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
