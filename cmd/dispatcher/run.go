@@ -57,7 +57,9 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if _, err := events.EnsureStream(startCtx, js, events.StreamConfig{}); err != nil {
+	// PRODUCTS belongs to ingest: open it as configured (create it only if
+	// missing), never reset its replicas or replay horizon.
+	if _, err := events.OpenStream(startCtx, js, events.StreamConfig{Replicas: cfg.WorkReplicas}); err != nil {
 		return err
 	}
 	if _, err := work.EnsureStream(startCtx, js, work.StreamConfig{Replicas: cfg.WorkReplicas}); err != nil {

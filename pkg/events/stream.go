@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"cmp"
 	"context"
 	"fmt"
@@ -99,4 +100,21 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 		return nil, fmt.Errorf("ensure stream %s: %w", c.Name, err)
 	}
 	return s, nil
+}
+
+// OpenStream returns the stream as it is configured, creating it with c
+// only when it does not exist yet. Services that read PRODUCTS but do not
+// own its settings (the dispatcher) use it, so starting one never changes
+// the replicas or replay horizon that ingest set.
+func OpenStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
+	c = c.WithDefaults()
+	s, err := js.Stream(ctx, c.Name)
+	switch {
+	case err == nil:
+		return s, nil
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return EnsureStream(ctx, js, c)
+	default:
+		return nil, fmt.Errorf("open stream %s: %w", c.Name, err)
+	}
 }
