@@ -118,7 +118,7 @@ func TestProcessKills(t *testing.T) {
 	t.Logf("events accepted by ingest: %d in %d requests (%d re-sent); dead letters: %d (%s)",
 		rep.accepted, requests, retries, rep.deadLetters, formatCounts(rep.deadLettered))
 	t.Logf("events checked per destination: %s; lost: %d (%s)", formatCounts(rep.checked), sum(rep.lost), formatCounts(rep.lost))
-	t.Logf("ClickHouse product_events: %d raw rows, %d duplicate rows merged away by dedup",
+	t.Logf("ClickHouse product_events: %d rows without FINAL, %d of them duplicates not merged yet",
 		rep.chRawRows, rep.chDupRows)
 	t.Logf("B2B: %d accepted events posted at least once, %d duplicate deliveries (%d idempotency keys accepted twice or more), %d older versions coalesced into a newer one within a batch",
 		rep.b2bDelivered, rep.b2bDuplicates, rep.b2bDupKeys, rep.b2bCoalesced)
