@@ -27,18 +27,35 @@ type report struct {
 	more     int // problems not listed
 
 	accepted      int
-	deadLetters   int            // letters in the DLQ stream
-	deadLettered  map[string]int // dest → accepted events dead-lettered
-	checked       map[string]int // dest → accepted events accounted for
-	lost          map[string]int // dest → events (clickhouse log) or newest versions missing
-	chRawRows     int            // product_events rows before dedup
-	chDupRows     int            // rows beyond one per (tenant, product, version)
-	b2bDelivered  int            // distinct accepted events the partner received
-	b2bDuplicates int            // deliveries of an event beyond its first
-	b2bCoalesced  int            // accepted versions superseded inside one batch, never posted
-	b2bDupKeys    int            // idempotency keys the partner accepted more than once
-	redispatched  int            // ranges dispatched more than once (recovery)
-	batches       int            // rows in the batch log
+	deadLetters   int                     // letters in the DLQ stream
+	deadLettered  map[string]int          // dest → accepted events dead-lettered
+	checked       map[string]int          // dest → accepted events applied (or superseded) there
+	lost          map[string]map[key]bool // dest → accepted events neither applied there nor dead-lettered
+	chRawRows     int                     // product_events rows before dedup
+	chDupRows     int                     // rows beyond one per (tenant, product, version)
+	b2bDelivered  int                     // distinct accepted events the partner received
+	b2bDuplicates int                     // deliveries of an event beyond its first
+	b2bCoalesced  int                     // accepted versions superseded inside one batch, never posted
+	b2bDupKeys    int                     // idempotency keys the partner accepted more than once
+	redispatched  int                     // ranges dispatched more than once (recovery)
+	batches       int                     // rows in the batch log
+}
+
+func (r *report) loses(dest string, k key) {
+	if r.lost[dest] == nil {
+		r.lost[dest] = map[key]bool{}
+	}
+	r.lost[dest][k] = true
+}
+
+// losesAbove marks the versions of p above have that were not
+// dead-lettered as lost in dest.
+func (r *report) losesAbove(dest string, p product, versions []int64, have int64, dead map[key]bool) {
+	for _, v := range versions {
+		if k := (key{p.tenant, p.id, v}); v > have && !dead[k] {
+			r.loses(dest, k)
+		}
+	}
 }
 
 func (r *report) problem(format string, args ...any) {
@@ -53,7 +70,7 @@ func (r *report) problem(format string, args ...any) {
 // final adds what is too slow to poll: every request the partner received.
 func (c *cluster) account(ctx context.Context, l *ledger, final bool) *report {
 	acc := l.snapshot()
-	r := &report{accepted: len(acc), deadLettered: map[string]int{}, checked: map[string]int{}, lost: map[string]int{}}
+	r := &report{accepted: len(acc), deadLettered: map[string]int{}, checked: map[string]int{}, lost: map[string]map[key]bool{}}
 	dead := c.deadLetters(ctx, l, r)
 	versions := map[product][]int64{} // accepted versions per product, ascending
 	maxSeq := map[string]uint64{}     // per tenant
@@ -93,7 +110,7 @@ func (c *cluster) account(ctx context.Context, l *ledger, final bool) *report {
 		}
 		for k := range acc {
 			if _, ok := rows[k]; !ok && !dead["clickhouse"][k] {
-				r.lost["clickhouse"]++
+				r.loses("clickhouse", k)
 				r.problem("clickhouse: accepted event %v missing from product_events and not dead-lettered", k)
 			}
 		}
@@ -113,12 +130,15 @@ func (c *cluster) account(ctx context.Context, l *ledger, final bool) *report {
 	}
 	c.checkLatest(r, "b2b:"+partner, acc, versions, dead["b2b:"+partner], bl)
 	if final {
-		c.checkDeliveries(r, acc)
+		c.checkDeliveries(ctx, r, acc, dead["b2b:"+partner])
 	}
 
 	// Nothing left in flight: cursors past every event, no live lease, no
 	// orphaned batch, no work item waiting.
 	c.checkQuiet(ctx, r, maxSeq)
+	for _, d := range dests {
+		r.checked[d] = len(acc) - r.deadLettered[d] - len(r.lost[d])
+	}
 	return r
 }
 
@@ -142,14 +162,13 @@ func (c *cluster) checkLatest(r *report, dest string, acc map[key]accepted, vers
 		}
 		switch {
 		case !ok && want == 0:
-			r.checked[dest] += len(vs)
 			continue
 		case !ok:
-			r.lost[dest]++
+			r.losesAbove(dest, p, vs, 0, dead)
 			r.problem("%s: product %s/%s missing, want version %d", dest, p.tenant, p.id, want)
 			continue
 		case got.version < want:
-			r.lost[dest]++
+			r.losesAbove(dest, p, vs, got.version, dead)
 			r.problem("%s: product %s/%s at version %d, want %d", dest, p.tenant, p.id, got.version, want)
 			continue
 		case got.version > want && !dead[key{p.tenant, p.id, got.version}]:
@@ -164,15 +183,13 @@ func (c *cluster) checkLatest(r *report, dest string, acc map[key]accepted, vers
 			r.problem("%s: product %s/%s version %d deleted=%v, but that version is %s", dest, p.tenant, p.id, got.version, got.deleted, a.op)
 		case got.payload >= 0 && a.op == "upsert" && got.payload != got.version:
 			r.problem("%s: product %s/%s version %d carries the payload of version %d", dest, p.tenant, p.id, got.version, got.payload)
-		default:
-			r.checked[dest] += len(vs)
 		}
 	}
 }
 
 // checkDeliveries reads every request the partner answered 2xx: each event
 // in them was accepted; it counts duplicates and coalesced versions.
-func (c *cluster) checkDeliveries(r *report, acc map[key]accepted) {
+func (c *cluster) checkDeliveries(ctx context.Context, r *report, acc map[key]accepted, dead map[key]bool) {
 	delivered := map[key]int{}
 	for _, req := range c.receiver.Requests() {
 		if req.Status/100 != 2 {
@@ -199,10 +216,69 @@ func (c *cluster) checkDeliveries(r *report, acc map[key]accepted) {
 		}
 		r.b2bDuplicates += n - 1
 	}
-	r.b2bCoalesced = len(acc) - r.b2bDelivered
 	for _, n := range c.receiver.IdempotencyKeys() {
 		if n > 1 {
 			r.b2bDupKeys++
+		}
+	}
+	c.checkCoalesced(ctx, r, acc, delivered, dead)
+}
+
+// checkCoalesced accounts for the accepted events the partner never
+// received. The B2B sink posts only the newest version of each product in a
+// work item, so such an event is fine when a batch dispatched to the
+// partner covers its sequence and also covers a newer version of its
+// product that the partner did receive. Anything else is lost.
+func (c *cluster) checkCoalesced(ctx context.Context, r *report, acc map[key]accepted, delivered map[key]int, dead map[key]bool) {
+	type span struct{ from, to uint64 }
+	batches := map[string][]span{} // tenant → dispatched ranges
+	rows, err := c.pool.Query(ctx, `SELECT tenant, from_seq, to_seq FROM fairway.batches WHERE dest = $1`, "b2b:"+partner)
+	if err != nil {
+		r.problem("b2b: batch log: %v", err)
+		return
+	}
+	for rows.Next() {
+		var t string
+		var s span
+		if err := rows.Scan(&t, &s.from, &s.to); err != nil {
+			rows.Close()
+			r.problem("b2b: batch log: %v", err)
+			return
+		}
+		batches[t] = append(batches[t], s)
+	}
+	rows.Close()
+	type event struct {
+		version int64
+		seq     uint64
+	}
+	got := map[product][]event{} // delivered events per product
+	for k := range delivered {
+		if a, ok := acc[k]; ok {
+			p := product{k.tenant, k.product}
+			got[p] = append(got[p], event{k.version, a.seq})
+		}
+	}
+	for k, a := range acc {
+		if delivered[k] > 0 || dead[k] {
+			continue
+		}
+		ok := false
+		for _, b := range batches[k.tenant] {
+			if a.seq < b.from || a.seq > b.to {
+				continue
+			}
+			for _, g := range got[product{k.tenant, k.product}] {
+				if g.version > k.version && g.seq >= b.from && g.seq <= b.to {
+					ok = true
+				}
+			}
+		}
+		if ok {
+			r.b2bCoalesced++
+		} else {
+			r.loses("b2b:"+partner, k)
+			r.problem("b2b: accepted event %v (seq %d) never reached the partner, and no batch covering it delivered a newer version", k, a.seq)
 		}
 	}
 }
