@@ -32,6 +32,10 @@ test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStrea
 	@$(WITH_ENV) $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME_TEST),5s)
 
+.PHONY: chaos
+chaos: services ## Kill dispatchers and sinks (-9) FAIRWAY_CHAOS_KILLS times (default 100) under load, then account for every event
+	@$(WITH_ENV) FAIRWAY_CHAOS_KILLS=$(or $(FAIRWAY_CHAOS_KILLS),100) $(GO) test -race -count=1 -timeout 60m -run '^TestProcessKills$$' -v ./internal/chaos/
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 1m)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME),1m)

@@ -1,0 +1,196 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Knobs: FAIRWAY_CHAOS_KILLS (default 20) and FAIRWAY_CHAOS_INTERVAL, the
+// mean time between kills (default 2s, each gap drawn from ±50% of it).
+const (
+	killsDefault    = 20
+	intervalDefault = 2 * time.Second
+	// drainMax bounds the wait for the pipeline to settle after the last
+	// kill when the test has no deadline of its own.
+	drainMax = 15 * time.Minute
+)
+
+// TestProcessKills runs the real binaries as separate processes — 1 ingest,
+// 2 dispatchers, 2 sinks for each of postgres, clickhouse and b2b:erp —
+// while 20 tenants post events, SIGKILLs a random dispatcher or sink every
+// few seconds and restarts it, and then accounts for every event ingest
+// acknowledged: applied in every destination (newest version per product;
+// every event in ClickHouse's log) or dead-lettered, no slot held, no
+// orphaned batch or pending work, and at no sample more live leases than a
+// pair's limit.
+func TestProcessKills(t *testing.T) {
+	t.Parallel()
+	kills := envInt(t, "FAIRWAY_CHAOS_KILLS", killsDefault)
+	interval := envDuration(t, "FAIRWAY_CHAOS_INTERVAL", intervalDefault)
+
+	c := startCluster(t)
+	obs := c.observeSlots(100 * time.Millisecond)
+	t.Cleanup(func() { obs.finish() })
+	tr := c.startTraffic()
+	t.Cleanup(tr.stopTraffic)
+	started := time.Now()
+	waitFor(t, 5*time.Minute, "ingest to acknowledge the first events", func() bool { return tr.ledger.size() >= 100 })
+
+	victims := append(append([]*proc(nil), c.dispatchers...), c.sinks...)
+	killed := map[string]int{}
+	var lastKill time.Time
+	for i := range kills {
+		time.Sleep(time.Duration(float64(interval) * (0.5 + rand.Float64())))
+		p := victims[rand.IntN(len(victims))]
+		lastKill = time.Now()
+		p.kill()
+		killed[p.name]++
+		if err := p.start(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.waitListening(startTimeout); err != nil {
+			t.Fatalf("after kill %d: %v", i+1, err)
+		}
+	}
+	tr.stopTraffic()
+	trafficTime := time.Since(started)
+
+	// Drain: wait until every destination agrees with the ledger and
+	// nothing is in flight. Only the deadline of the test bounds it.
+	deadline := time.Now().Add(drainMax)
+	if d, ok := t.Deadline(); ok && time.Until(d)-time.Minute < drainMax {
+		deadline = d.Add(-time.Minute)
+	}
+	var rep *report
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		rep = c.account(ctx, tr.ledger, false)
+		cancel()
+		if len(rep.problems) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	drained := time.Since(lastKill)
+	settled := len(rep.problems) == 0
+	if settled {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		rep = c.account(ctx, tr.ledger, true)
+		cancel()
+	}
+	slots := obs.finish()
+
+	for _, p := range rep.problems {
+		t.Error(p)
+	}
+	if rep.more > 0 {
+		t.Errorf("… and %d more problems", rep.more)
+	}
+	if !settled {
+		t.Errorf("the pipeline did not settle within %s after the last kill", drained.Round(time.Second))
+	}
+	tr.ledger.mu.Lock()
+	for _, f := range tr.ledger.failures {
+		t.Error(f)
+	}
+	requests, retries := tr.ledger.requests, tr.ledger.retries
+	tr.ledger.mu.Unlock()
+	for _, p := range c.procs() {
+		for _, pr := range p.problems() {
+			t.Error(pr)
+		}
+	}
+	if slots.maxOver > 0 {
+		t.Errorf("Limit invariant broken: %s", slots.worst)
+	}
+	if slots.samples < 10 {
+		t.Errorf("the slot observer took only %d samples (%d errors, last: %s)", slots.samples, slots.errors, slots.lastError)
+	}
+
+	t.Logf("kills survived: %d SIGKILLs (%s), each process restarted at once; traffic ran %s",
+		kills, formatCounts(killed), trafficTime.Round(time.Second))
+	t.Logf("events accepted by ingest: %d in %d requests (%d re-sent); dead letters: %d (%s)",
+		rep.accepted, requests, retries, rep.deadLetters, formatCounts(rep.deadLettered))
+	lost := map[string]int{}
+	for d, ks := range rep.lost {
+		lost[d] = len(ks)
+	}
+	t.Logf("events checked per destination (applied or superseded by a newer version): %s; lost: %d (%s)",
+		formatCounts(rep.checked), sum(lost), formatCounts(lost))
+	t.Logf("ClickHouse product_events: %d rows without FINAL, %d of them duplicates not merged yet",
+		rep.chRawRows, rep.chDupRows)
+	t.Logf("B2B: %d accepted events posted at least once, %d duplicate deliveries (%d idempotency keys accepted twice or more), %d older versions coalesced into a newer one within a batch",
+		rep.b2bDelivered, rep.b2bDuplicates, rep.b2bDupKeys, rep.b2bCoalesced)
+	t.Logf("dispatch: %d batches logged, %d ranges re-dispatched after a crash", rep.batches, rep.redispatched)
+	t.Logf("slots: %d samples (%d failed), max over limit %d, max in use %d (limit %d), samples with a pair at its limit %d",
+		slots.samples, slots.errors, slots.maxOver, slots.maxInUse, maxSlots, slots.atLimit)
+	t.Logf("time to drain after the last kill: %s", drained.Round(100*time.Millisecond))
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func formatCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting %s for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a count", name, v)
+	}
+	return n
+}
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a duration", name, v)
+	}
+	return d
+}
