@@ -156,7 +156,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 			return
 		}
 		if len(b.Msgs) > 0 {
-			ranges, counts = cut(from, b.Msgs, d.cfg.BatchSize)
+			ranges, counts = cut(b.Msgs, d.cfg.BatchSize)
 			first, pending = b.Msgs[0].Time, b.Pending
 		}
 	}
@@ -165,7 +165,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		return
 	}
 	d.m.grants.WithLabelValues(x.name, source).Inc()
-	leases, err := d.st.DispatchMany(ctx, k.Tenant, x.name, d.cfg.Holder, ranges)
+	leases, err := d.st.DispatchMany(ctx, k.Tenant, x.name, d.cfg.Holder, from, ranges)
 	switch {
 	case errors.Is(err, tenancy.ErrAtLimit):
 		d.m.atLimit.WithLabelValues(x.name).Inc()
@@ -289,16 +289,17 @@ func (x *destination) blockUnlessReleased(k scheduler.Key, ts *tenantState, gen 
 	}
 }
 
-// cut splits a read (in sequence order, starting at or after from) into
-// batches of at most size events. Each range ends at its last event and the
-// next starts right after it, so the ranges tile from..last with the other
-// tenants' sequences in between; counts[i] is range i's number of events.
-func cut(from uint64, msgs []work.Stored, size int) (ranges []tenancy.Range, counts []int) {
+// cut splits a read (in sequence order) into batches of at most size
+// events. Each range is tight: from its first event to its last, so a sink
+// starts reading at an event of the tenant, not at the cursor; the cursor
+// still moves past the last range (tenancy.DispatchMany), as no event of
+// the tenant lies between the cursor and the first range or between two
+// ranges. counts[i] is range i's number of events.
+func cut(msgs []work.Stored, size int) (ranges []tenancy.Range, counts []int) {
 	for i := 0; i < len(msgs); i += size {
 		j := min(i+size, len(msgs))
-		ranges = append(ranges, tenancy.Range{From: from, To: msgs[j-1].Seq})
+		ranges = append(ranges, tenancy.Range{From: msgs[i].Seq, To: msgs[j-1].Seq})
 		counts = append(counts, j-i)
-		from = msgs[j-1].Seq + 1
 	}
 	return ranges, counts
 }

@@ -83,8 +83,7 @@ func (ix *seqIndex) trim(cursor uint64) {
 }
 
 // take cuts up to n known events at or after cursor into batches of at
-// most size events, as cut does for a read: the first range starts at
-// cursor and each next one right after the previous one's end. It returns
+// most size events, as cut does for a read (tight ranges). It returns
 // the store time of the first event taken (approximately: its run's first
 // event) and how many known events remain after those taken. It does not
 // forget what it took: trim does, once the cursor has moved.
@@ -93,13 +92,17 @@ func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, co
 	if len(ix.runs) > 0 {
 		at = ix.runs[0].at
 	}
-	from, inBatch, taken := cursor, 0, 0
+	var from uint64
+	inBatch, taken := 0, 0
 	for i, r := range ix.runs {
 		lastRun := i == len(ix.runs)-1
 		for seq := r.first; seq <= r.last; {
 			if taken == n {
 				rest += r.last - seq + 1
 				break
+			}
+			if inBatch == 0 {
+				from = seq
 			}
 			// As much of the run as the batch and n allow.
 			k := min(r.last-seq+1, uint64(size-inBatch), uint64(n-taken))
@@ -109,7 +112,7 @@ func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, co
 			if inBatch == size || taken == n || seq > r.last && lastRun {
 				ranges = append(ranges, tenancy.Range{From: from, To: seq - 1})
 				counts = append(counts, inBatch)
-				from, inBatch = seq, 0
+				inBatch = 0
 			}
 		}
 	}

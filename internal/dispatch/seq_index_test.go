@@ -36,7 +36,7 @@ func TestSeqIndexTakeMatchesCut(t *testing.T) {
 		var wantR []tenancy.Range
 		var wantC []int
 		if len(read) > 0 {
-			wantR, wantC = cut(cursor, read, size)
+			wantR, wantC = cut(read, size)
 		}
 		known := 0
 		for _, s := range seqs {

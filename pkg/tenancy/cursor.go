@@ -58,7 +58,7 @@ func (s *Store) SetCursor(ctx context.Context, tenant, dest string, next uint64)
 type Range struct{ From, To uint64 }
 
 // dispatchSQL: $1 tenant, $2 dest, $3 holder, $4 ttl µs, $5 froms, $6 tos
-// (ranges in order, each starting right after the previous one's end).
+// (ranges in order), $7 the cursor the caller read from.
 //
 // It is one statement, so it is one transaction without BEGIN/COMMIT round
 // trips, and everything in it happens or nothing does:
@@ -66,7 +66,7 @@ type Range struct{ From, To uint64 }
 //     rows stay free until the statement ends, so each can be taken below;
 //   - m pairs the first k ranges with the k locked slots;
 //   - cur moves the cursor past the last paired range, only if a slot was
-//     locked and the cursor still equals the first range's start; the cursor
+//     locked and the cursor still equals $7; the cursor
 //     row lock serialises dispatchers of one (tenant, dest), and a loser
 //     re-reads the moved cursor (EvalPlanQual) and matches nothing;
 //   - u takes the paired slots, and b logs the batches, only if cur moved.
@@ -79,7 +79,7 @@ var dispatchSQL = `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1
 ), m AS (SELECT cn.slot_no, r.f, r.t FROM cn JOIN r ON r.rn = cn.rn
 ), cur AS (
 	UPDATE fairway.cursors SET next_seq = (SELECT max(t) FROM m) + 1
-	WHERE tenant = $1 AND dest = $2 AND next_seq = ($5::bigint[])[1] AND EXISTS (SELECT 1 FROM m)
+	WHERE tenant = $1 AND dest = $2 AND next_seq = $7::bigint AND EXISTS (SELECT 1 FROM m)
 	RETURNING 1
 ), u AS (
 	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = m.f, to_seq = m.t
@@ -101,7 +101,7 @@ ORDER BY u.from_seq`
 // nothing does, so two dispatchers never dispatch the same range and a
 // crash never skips events.
 func (s *Store) Dispatch(ctx context.Context, tenant, dest, holder string, expectFrom, to uint64) (Lease, error) {
-	ls, err := s.DispatchMany(ctx, tenant, dest, holder, []Range{{expectFrom, to}})
+	ls, err := s.DispatchMany(ctx, tenant, dest, holder, expectFrom, []Range{{expectFrom, to}})
 	if err != nil {
 		return Lease{}, err
 	}
@@ -111,24 +111,26 @@ func (s *Store) Dispatch(ctx context.Context, tenant, dest, holder string, expec
 // DispatchManyMax is the most ranges one DispatchMany call takes.
 const DispatchManyMax = 64
 
-// DispatchMany is Dispatch for several consecutive batches of one (tenant,
-// dest) in one round trip: ranges[0].From must equal the cursor, and each
-// range must start right after the previous one ends (sequences between
-// them belong to other tenants). It takes as many free slots as it can, up
-// to len(ranges), gives them to the first ranges in order, and moves the
+// DispatchMany is Dispatch for several batches of one (tenant, dest) in one
+// round trip. expectFrom is the cursor the caller read from; the ranges
+// follow it in order without overlapping. A range may start after the
+// previous one's end (or the first after expectFrom) when the sequences in
+// between are not the tenant's: a tight range lets a sink start reading at
+// its first event. It takes as many free slots as it can, up to
+// len(ranges), gives them to the first ranges in order, and moves the
 // cursor past the last range that got a slot. The leases come back in range
 // order; fewer leases than ranges means the tenant reached its limit. With
 // no free slot it returns ErrAtLimit (or ErrPaused) and changes nothing;
 // with the cursor elsewhere, ErrCursorMoved and no slot is taken.
-func (s *Store) DispatchMany(ctx context.Context, tenant, dest, holder string, ranges []Range) ([]Lease, error) {
+func (s *Store) DispatchMany(ctx context.Context, tenant, dest, holder string, expectFrom uint64, ranges []Range) ([]Lease, error) {
 	if err := validPair(tenant, dest); err != nil {
 		return nil, err
 	}
-	if err := validRanges(ranges); err != nil {
+	if err := validRanges(expectFrom, ranges); err != nil {
 		return nil, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
 	}
 	for attempt := 0; ; attempt++ {
-		ls, status, err := s.dispatch(ctx, tenant, dest, holder, ranges)
+		ls, status, err := s.dispatch(ctx, tenant, dest, holder, expectFrom, ranges)
 		if err == nil || status != nil || attempt > 0 {
 			return ls, err
 		}
@@ -139,9 +141,12 @@ func (s *Store) DispatchMany(ctx context.Context, tenant, dest, holder string, r
 	}
 }
 
-func validRanges(ranges []Range) error {
+func validRanges(expectFrom uint64, ranges []Range) error {
 	if len(ranges) == 0 || len(ranges) > DispatchManyMax {
 		return fmt.Errorf("%w: %d ranges, want 1..%d", ErrInvalidArgument, len(ranges), DispatchManyMax)
+	}
+	if expectFrom < 1 || ranges[0].From < expectFrom {
+		return fmt.Errorf("%w: first range %d..%d starts before the cursor %d", ErrInvalidArgument, ranges[0].From, ranges[0].To, expectFrom)
 	}
 	for i, r := range ranges {
 		if r.From < 1 || r.To < r.From || r.To >= math.MaxInt64 {
@@ -156,12 +161,12 @@ func validRanges(ranges []Range) error {
 
 // dispatch runs dispatchSQL. A nil status with a non-nil error means the
 // pair is unknown.
-func (s *Store) dispatch(ctx context.Context, tenant, dest, holder string, ranges []Range) ([]Lease, *string, error) {
+func (s *Store) dispatch(ctx context.Context, tenant, dest, holder string, expectFrom uint64, ranges []Range) ([]Lease, *string, error) {
 	froms, tos := make([]int64, len(ranges)), make([]int64, len(ranges))
 	for i, r := range ranges {
 		froms[i], tos[i] = int64(r.From), int64(r.To)
 	}
-	rows, err := s.pool.Query(ctx, dispatchSQL, tenant, dest, holder, s.ttlUS, froms, tos)
+	rows, err := s.pool.Query(ctx, dispatchSQL, tenant, dest, holder, s.ttlUS, froms, tos, int64(expectFrom))
 	if err != nil {
 		return nil, &status0, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
 	}
@@ -197,7 +202,7 @@ func (s *Store) dispatch(ctx context.Context, tenant, dest, holder string, range
 	case locked == 0:
 		return nil, status, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, missReason(status))
 	case moved == 0:
-		return nil, status, fmt.Errorf("dispatch %s/%s from %d: %w", tenant, dest, ranges[0].From, ErrCursorMoved)
+		return nil, status, fmt.Errorf("dispatch %s/%s from %d: %w", tenant, dest, expectFrom, ErrCursorMoved)
 	case len(out) == 0:
 		return nil, status, fmt.Errorf("dispatch %s/%s: slots locked but none taken", tenant, dest)
 	}

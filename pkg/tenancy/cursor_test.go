@@ -145,7 +145,7 @@ func TestCursorRace(t *testing.T) {
 						ranges = append(ranges, tenancy.Range{From: from, To: to})
 						from = to + 1
 					}
-					ls, err := st.DispatchMany(ctx, tn, tenancy.DestPostgres, holder, ranges)
+					ls, err := st.DispatchMany(ctx, tn, tenancy.DestPostgres, holder, c, ranges)
 					switch {
 					case errors.Is(err, tenancy.ErrCursorMoved):
 						moved.Add(1)
@@ -240,7 +240,7 @@ func TestDispatchMany(t *testing.T) {
 		t.Fatal(err)
 	}
 	ranges := []tenancy.Range{{1, 10}, {12, 20}, {21, 21}, {30, 40}, {41, 50}}
-	ls := must[[]tenancy.Lease](t)(st.DispatchMany(ctx, tn, d, "d1", ranges))
+	ls := must[[]tenancy.Lease](t)(st.DispatchMany(ctx, tn, d, "d1", 1, ranges))
 	if len(ls) != 3 {
 		t.Fatalf("%d leases, want 3 (the limit)", len(ls))
 	}
@@ -254,7 +254,7 @@ func TestDispatchMany(t *testing.T) {
 	if c := must[uint64](t)(st.Cursor(ctx, tn, d)); c != 22 {
 		t.Fatalf("cursor %d, want 22 (after the last range that got a slot)", c)
 	}
-	if _, err := st.DispatchMany(ctx, tn, d, "d1", ranges[3:]); !errors.Is(err, tenancy.ErrAtLimit) {
+	if _, err := st.DispatchMany(ctx, tn, d, "d1", 22, ranges[3:]); !errors.Is(err, tenancy.ErrAtLimit) {
 		t.Fatalf("at limit: %v", err)
 	}
 	if c := must[uint64](t)(st.Cursor(ctx, tn, d)); c != 22 {
@@ -263,16 +263,20 @@ func TestDispatchMany(t *testing.T) {
 	if err := st.Release(ctx, ls[1].ID, ls[1].Token); err != nil {
 		t.Fatal(err)
 	}
-	// From 22, not 30: the cursor moved, nothing is taken.
-	if _, err := st.DispatchMany(ctx, tn, d, "d1", ranges[3:]); !errors.Is(err, tenancy.ErrCursorMoved) {
+	// The cursor is at 22, not 30: nothing is taken.
+	if _, err := st.DispatchMany(ctx, tn, d, "d1", 30, ranges[3:]); !errors.Is(err, tenancy.ErrCursorMoved) {
 		t.Fatalf("stale from: %v", err)
 	}
 	if n := must[int](t)(st.InUse(ctx, tn, d)); n != 2 {
 		t.Fatalf("in use %d, want 2", n)
 	}
-	more := must[[]tenancy.Lease](t)(st.DispatchMany(ctx, tn, d, "d2", []tenancy.Range{{22, 29}, {30, 40}}))
-	if len(more) != 1 || more[0].FromSeq != 22 || more[0].ToSeq != 29 {
-		t.Fatalf("leases %+v, want one for 22..29", more)
+	// A tight range (the tenant's first event after the cursor is 25).
+	more := must[[]tenancy.Lease](t)(st.DispatchMany(ctx, tn, d, "d2", 22, []tenancy.Range{{25, 29}, {30, 40}}))
+	if len(more) != 1 || more[0].FromSeq != 25 || more[0].ToSeq != 29 {
+		t.Fatalf("leases %+v, want one for 25..29", more)
+	}
+	if c := must[uint64](t)(st.Cursor(ctx, tn, d)); c != 30 {
+		t.Fatalf("cursor %d, want 30", c)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fairway.batches WHERE tenant = $1`, tn).Scan(&n); err != nil || n != 4 {
@@ -280,12 +284,12 @@ func TestDispatchMany(t *testing.T) {
 	}
 	for _, bad := range [][]tenancy.Range{
 		nil,
-		{{5, 4}},
-		{{1, 10}, {10, 12}},
-		{{0, 3}},
+		{{30, 29}},
+		{{30, 40}, {40, 42}},
+		{{29, 35}}, // before the cursor it names
 		make([]tenancy.Range, tenancy.DispatchManyMax+1),
 	} {
-		if _, err := st.DispatchMany(ctx, tn, d, "d1", bad); !errors.Is(err, tenancy.ErrInvalidArgument) {
+		if _, err := st.DispatchMany(ctx, tn, d, "d1", 30, bad); !errors.Is(err, tenancy.ErrInvalidArgument) {
 			t.Errorf("ranges %v: %v, want ErrInvalidArgument", bad, err)
 		}
 	}
