@@ -1,9 +1,9 @@
 package events
 
 import (
-	"errors"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
