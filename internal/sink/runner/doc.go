@@ -25,7 +25,8 @@
 //     only itself.
 //  4. Finish. Dead letters are published (and acknowledged by JetStream),
 //     the lease is released (fenced: a stale token changes nothing and is
-//     logged), and the item is acked.
+//     logged; a failing release is retried for up to Config.ExtendEvery,
+//     then left to the lease's expiry), and the item is acked.
 //
 // # Failure cases
 //
