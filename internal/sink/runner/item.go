@@ -333,7 +333,11 @@ func (j *job) release(ctx context.Context) {
 			j.log.Warn("lease was stale at release (re-dispatched meanwhile); item acked anyway", "err", err)
 			return
 		}
-		if time.Now().Add(wait).After(give) || !sleep(ctx, ctx, wait) {
+		if time.Now().Add(wait).After(give) {
+			break
+		}
+		j.log.Info("release lease failed; retrying", "in", wait, "err", err)
+		if !sleep(ctx, ctx, wait) {
 			break
 		}
 		wait = min(2*wait, 2*time.Second)
