@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
 )
@@ -92,8 +93,8 @@ func TestClickHouseDownAndPartner503(t *testing.T) {
 			return "", nil
 		})
 		at, _ := p.rec.caughtUp(dest, seqs)
-		t.Logf("%s was %d events behind when it came back; caught up %s later (%d retries logged)",
-			dest, lag[dest], at.Sub(upAt).Round(time.Millisecond), p.logs.count("apply failed; retrying", "dest="+dest))
+		t.Logf("%s was %d events behind when it came back; caught up %s later; failed Apply calls by classification: %v",
+			dest, lag[dest], at.Sub(upAt).Round(time.Millisecond), p.rec.failures(dest))
 	}
 	stopTraffic()
 	p.waitDrained("after the outage", nil)
@@ -139,4 +140,16 @@ func (r *recorder) appliedBy(dest string, seq uint64, t time.Time) bool {
 	defer r.mu.Unlock()
 	a, ok := r.applied[dest][seq]
 	return ok && !a.at.After(t)
+}
+
+// failures counts dest's failed Apply calls by classification rule.
+func (r *recorder) failures(dest string) map[string]int {
+	out := map[string]int{}
+	for _, c := range r.callsOf(dest) {
+		if c.err != nil {
+			o := sink.Classify(c.err)
+			out[o.Class.String()+": "+o.Rule]++
+		}
+	}
+	return out
 }

@@ -51,6 +51,9 @@ type pipeConfig struct {
 	Partners map[string][]string
 	// Reject picks, per partner, the events its receiver answers 422.
 	Reject map[string]func(b2b.BodyEvent) bool
+	// BeforeRun, if set, runs once the streams, tenants and sinks exist
+	// and before the dispatcher starts (to publish a backlog it finds).
+	BeforeRun func(*pipeline)
 }
 
 // pipeline is the whole pipeline in one process, as `fairway demo` wires it.
@@ -65,7 +68,6 @@ type pipeline struct {
 	proxy *tcpProxy
 	recv  map[string]*b2btest.Receiver
 	rec   *recorder
-	reg   *prometheus.Registry // every component's metrics
 	logs  *logBuffer
 	dests map[string][]string // tenant → destinations
 	all   []string            // every destination
@@ -185,8 +187,10 @@ func startPipeline(t *testing.T, cfg pipeConfig) *pipeline {
 		sinks = append(sinks, bs)
 	}
 
+	if cfg.BeforeRun != nil {
+		cfg.BeforeRun(p)
+	}
 	reg := prometheus.NewRegistry()
-	p.reg = reg
 	// Production defaults everywhere (lease TTL, backoff, max attempts,
 	// breaker), except FetchWait: an idle runner polls WORK every second
 	// rather than every 5 s, which only shortens the test's tail.
@@ -803,34 +807,4 @@ func (r *recorder) applyTimes(dest string, from, to time.Time) (p50, p99 time.Du
 	}
 	slices.Sort(ds)
 	return ds[len(ds)*50/100], ds[min(len(ds)-1, len(ds)*99/100)], len(ds)
-}
-
-// counter sums the samples of a counter whose labels include labels
-// (name, value pairs).
-func (p *pipeline) counter(name string, labels ...string) float64 {
-	p.t.Helper()
-	mfs, err := p.reg.Gather()
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				got[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if got[labels[i]] != labels[i+1] {
-					continue metric
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }
