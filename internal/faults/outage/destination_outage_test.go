@@ -46,11 +46,11 @@ func TestClickHouseDownAndPartner503(t *testing.T) {
 	// outage, so that the window measures normal service only.
 	p.waitCaughtUp("caught up before the outage", seqsOf(p.sentSeqs()), p.all...)
 
-	downAt := time.Now()
 	p.proxy.Down()
 	p.recv["down"].FailAlways(b2btest.Failure{Status: http.StatusServiceUnavailable})
+	downAt := time.Now()   // both are down from here on
 	time.Sleep(destOutage) // the outage; traffic goes on
-	upAt := time.Now()
+	upAt := time.Now()     // both are down until here
 	p.recv["down"].Heal()
 	p.proxy.Up()
 	beforeUp := p.sentSeqs()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -191,9 +192,8 @@ func startPipeline(t *testing.T, cfg pipeConfig) *pipeline {
 		cfg.BeforeRun(p)
 	}
 	reg := prometheus.NewRegistry()
-	// Production defaults everywhere (lease TTL, backoff, max attempts,
-	// breaker), except FetchWait: an idle runner polls WORK every second
-	// rather than every 5 s, which only shortens the test's tail.
+	// Production defaults everywhere: lease TTL, backoff, max attempts,
+	// breaker, AckWait, FetchWait.
 	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg, Logger: log, Partners: registry},
 		&dispatch.Config{Holder: "outage-test"})
 	if err != nil {
@@ -205,7 +205,7 @@ func startPipeline(t *testing.T, cfg pipeConfig) *pipeline {
 	wg.Go(func() { errs <- d.Run(runCtx) })
 	for _, s := range sinks {
 		r, err := runner.New(ctx, runner.Deps{JetStream: p.js, Sink: p.rec.wrap(s), Leases: store, Registry: reg},
-			&runner.Config{FetchWait: time.Second, Logger: log})
+			&runner.Config{Logger: log})
 		if err != nil {
 			stop()
 			wg.Wait()
@@ -702,8 +702,8 @@ func (r *recorder) caughtUp(dest string, seqs []uint64) (time.Time, bool) {
 // --- logs ---------------------------------------------------------------
 
 // logBuffer keeps the pipeline's log lines; at cleanup it reports how many
-// warnings and errors of each kind were logged, and all the lines when the
-// test failed.
+// warnings and errors of each kind were logged, and the lines themselves
+// when the test failed or FAIRWAY_OUTAGE_LOGS is set.
 type logBuffer struct {
 	t     *testing.T
 	mu    sync.Mutex
@@ -773,8 +773,8 @@ func (b *logBuffer) summary() {
 	for _, k := range keys {
 		b.t.Logf("pipeline log: %4d × %s", kinds[k], k)
 	}
-	if b.t.Failed() {
-		b.t.Logf("pipeline log, last %d lines:\n%s", min(400, len(b.lines)), strings.Join(b.lines[max(0, len(b.lines)-400):], "\n"))
+	if b.t.Failed() || os.Getenv("FAIRWAY_OUTAGE_LOGS") != "" {
+		b.t.Logf("pipeline log, %d lines:\n%s", len(b.lines), strings.Join(b.lines, "\n"))
 	}
 }
 
