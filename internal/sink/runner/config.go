@@ -95,7 +95,8 @@ type Config struct {
 	// Default AckWait/3.
 	InProgressEvery time.Duration
 	// ExtendEvery is how often a working item's slot lease is extended; keep
-	// it well below the lease TTL. Default 10s.
+	// it well below the lease TTL. It also bounds the retries of a failing
+	// release. Default 10s.
 	ExtendEvery time.Duration
 	// MaxAttempts bounds the attempts of records failing with unknown
 	// errors. Default 5.

@@ -32,8 +32,9 @@
 //     only itself.
 //  4. Finish. Dead letters are published (and acknowledged by JetStream),
 //     the lease is released (fenced: a stale token changes nothing and is
-//     logged), and the item is acked — in that order, after the last
-//     Apply, without an apply slot.
+//     logged; a failing release is retried for up to Config.ExtendEvery,
+//     then left to the lease's expiry), and the item is acked — in that
+//     order, after the last Apply, without an apply slot.
 //
 // Log lines about an item name it ("item", its WORK message id:
 // lease/from-to) and the ingest request ids of the events concerned

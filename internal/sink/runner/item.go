@@ -393,13 +393,18 @@ func (j *job) ack(ctx context.Context) error {
 	}
 }
 
-// release frees the slot. A stale lease is logged and otherwise ignored;
-// other failures are retried briefly, then left to the lease's expiry.
+// release frees the slot. A stale lease is logged and otherwise ignored.
+// Other failures (the database restarting, say) are retried with backoff
+// for up to ExtendEvery — well inside the lease TTL and AckWait — then left
+// to the lease's expiry. Giving up early is costly: the tenant's slot stays
+// held until the lease expires, and the batch is then re-dispatched and
+// applied a second time.
 func (j *job) release(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
+	give := time.Now().Add(j.r.cfg.ExtendEvery)
+	wait := 100 * time.Millisecond
 	var err error
-	for attempt := range 3 {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	for {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err = j.r.leases.Release(rctx, j.item.LeaseID, j.item.Token)
 		cancel()
 		switch {
@@ -410,7 +415,14 @@ func (j *job) release(ctx context.Context) {
 			j.log.Warn("lease was stale at release (re-dispatched meanwhile); item acked anyway", "err", err)
 			return
 		}
-		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+		if time.Now().Add(wait).After(give) {
+			break
+		}
+		j.log.Info("release lease failed; retrying", "in", wait, "err", err)
+		if !sleep(ctx, ctx, wait) {
+			break
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
 	j.log.Error("release lease failed; it expires by itself", "err", err)
 }
