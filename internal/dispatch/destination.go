@@ -146,7 +146,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	if int64(n) > g.MaxCost {
 		n = int(max(g.MaxCost, 1))
 	}
-	ranges, counts, first, pending, ok := x.fromIndex(ts, from, n)
+	ranges, counts, lists, first, pending, ok := x.fromIndex(ts, from, n)
 	source := "index"
 	if !ok {
 		source = "read"
@@ -156,7 +156,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 			return
 		}
 		if len(b.Msgs) > 0 {
-			ranges, counts = cut(b.Msgs, d.cfg.BatchSize)
+			ranges, counts, lists = cut(b.Msgs, d.cfg.BatchSize)
 			first, pending = b.Msgs[0].Time, b.Pending
 		}
 	}
@@ -202,7 +202,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	for i, l := range leases {
 		sent += counts[i]
 		it := work.Item{
-			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i],
+			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i],
 			LeaseID: l.ID, Token: l.Token, DispatchedAt: now,
 		}
 		wg.Go(func() {
@@ -240,7 +240,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 // they know nothing at or after the cursor yet (the backfill is still on
 // its way, or the doorbell is behind or stopped) — then the caller reads
 // PRODUCTS, which is always right.
-func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges []tenancy.Range, counts []int, first time.Time, rest uint64, ok bool) {
+func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges []tenancy.Range, counts []int, lists [][]uint64, first time.Time, rest uint64, ok bool) {
 	d := x.d
 	liveFrom, backFrom := d.liveFrom.Load(), d.backFrom.Load()
 	size := d.cfg.BatchSize
@@ -248,35 +248,35 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	defer x.mu.Unlock()
 	switch {
 	case liveFrom == 0:
-		return nil, nil, time.Time{}, 0, false
+		return nil, nil, nil, time.Time{}, 0, false
 	case cursor >= max(liveFrom, ts.live.floor):
 		// Nothing known: read, in case the doorbell is behind or stopped
 		// (a scan's backlog hint brought the grant).
-		ranges, counts, first, rest = ts.live.take(cursor, n, size)
-		return ranges, counts, first, rest, len(ranges) > 0
+		ranges, counts, lists, first, rest = ts.live.take(cursor, n, size)
+		return ranges, counts, lists, first, rest, len(ranges) > 0
 	case backFrom == 0 || cursor < max(backFrom, ts.back.floor):
-		return nil, nil, time.Time{}, 0, false
+		return nil, nil, nil, time.Time{}, 0, false
 	}
 	// cursor is in the backfill's region [backFrom, liveFrom).
-	ranges, counts, first, rest = ts.back.take(cursor, n, size)
+	ranges, counts, lists, first, rest = ts.back.take(cursor, n, size)
 	if !d.backDone.Load() {
 		// Still on its way: use it only when it already knows a whole
 		// grant's worth, or batches would come out short; else read.
-		return ranges, counts, first, rest, sum(counts) == n
+		return ranges, counts, lists, first, rest, sum(counts) == n
 	}
 	if len(ranges) > 0 {
 		if ts.live.floor == 0 {
 			rest += uint64(ts.live.count())
 		}
-		return ranges, counts, first, rest, true
+		return ranges, counts, lists, first, rest, true
 	}
 	// The backfill is complete and the tenant has nothing left before
 	// liveFrom: its next events are the live ones.
 	if ts.live.floor != 0 {
-		return nil, nil, time.Time{}, 0, false
+		return nil, nil, nil, time.Time{}, 0, false
 	}
-	ranges, counts, first, rest = ts.live.take(cursor, n, size)
-	return ranges, counts, first, rest, len(ranges) > 0
+	ranges, counts, lists, first, rest = ts.live.take(cursor, n, size)
+	return ranges, counts, lists, first, rest, len(ranges) > 0
 }
 
 // blockUnlessReleased marks k blocked at its slot limit, unless one of its
@@ -294,14 +294,30 @@ func (x *destination) blockUnlessReleased(k scheduler.Key, ts *tenantState, gen 
 // starts reading at an event of the tenant, not at the cursor; the cursor
 // still moves past the last range (tenancy.DispatchMany), as no event of
 // the tenant lies between the cursor and the first range or between two
-// ranges. counts[i] is range i's number of events.
-func cut(msgs []work.Stored, size int) (ranges []tenancy.Range, counts []int) {
+// ranges. counts[i] is range i's number of events; lists[i] its sequences
+// when the item should list them (listSeqs), else nil.
+func cut(msgs []work.Stored, size int) (ranges []tenancy.Range, counts []int, lists [][]uint64) {
 	for i := 0; i < len(msgs); i += size {
 		j := min(i+size, len(msgs))
-		ranges = append(ranges, tenancy.Range{From: msgs[i].Seq, To: msgs[j-1].Seq})
+		r := tenancy.Range{From: msgs[i].Seq, To: msgs[j-1].Seq}
+		ranges = append(ranges, r)
 		counts = append(counts, j-i)
+		var list []uint64
+		if listSeqs(r, j-i) {
+			for _, m := range msgs[i:j] {
+				list = append(list, m.Seq)
+			}
+		}
+		lists = append(lists, list)
 	}
-	return ranges, counts
+	return ranges, counts, lists
+}
+
+// listSeqs says whether a batch's work item lists its sequences
+// (work.Item.Seqs): a small batch whose range holds other tenants' events,
+// which a sink would otherwise read by scanning the range.
+func listSeqs(r tenancy.Range, count int) bool {
+	return count <= work.SeqsMax && uint64(count) < r.To-r.From+1
 }
 
 // finish reports a grant's outcome: n events dispatched, the cursor now at

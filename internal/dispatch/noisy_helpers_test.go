@@ -403,8 +403,8 @@ func (s *fakeSink) apply(ctx context.Context, m jetstream.Msg, st *tenancy.Store
 	if it.Tenant != noisy {
 		s.takes.add(it, at)
 	}
-	stored, err := rd.ReadRange(ctx, it)
-	if err != nil {
+	stored, err := rd.ReadItem(ctx, it) // as the runner reads
+	if err != nil || len(stored) != it.Count {
 		s.errs.Add(1)
 	}
 	for _, ev := range stored {

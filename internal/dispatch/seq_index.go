@@ -83,11 +83,12 @@ func (ix *seqIndex) trim(cursor uint64) {
 }
 
 // take cuts up to n known events at or after cursor into batches of at
-// most size events, as cut does for a read (tight ranges). It returns
+// most size events, as cut does for a read (tight ranges, sequences listed
+// for small sparse batches). It returns
 // the store time of the first event taken (approximately: its run's first
 // event) and how many known events remain after those taken. It does not
 // forget what it took: trim does, once the cursor has moved.
-func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, counts []int, at time.Time, rest uint64) {
+func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, counts []int, lists [][]uint64, at time.Time, rest uint64) {
 	ix.trim(cursor)
 	if len(ix.runs) > 0 {
 		at = ix.runs[0].at
@@ -116,5 +117,26 @@ func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, co
 			}
 		}
 	}
-	return ranges, counts, at, rest
+	for i, r := range ranges {
+		var list []uint64
+		if listSeqs(r, counts[i]) {
+			list = ix.list(r)
+		}
+		lists = append(lists, list)
+	}
+	return ranges, counts, lists, at, rest
+}
+
+// list returns the known sequences in r.
+func (ix *seqIndex) list(r tenancy.Range) []uint64 {
+	var out []uint64
+	for _, run := range ix.runs {
+		for seq := max(run.first, r.From); seq <= min(run.last, r.To); seq++ {
+			out = append(out, seq)
+		}
+		if run.last >= r.To {
+			break
+		}
+	}
+	return out
 }

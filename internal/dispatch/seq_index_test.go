@@ -25,7 +25,7 @@ func TestSeqIndexTakeMatchesCut(t *testing.T) {
 		}
 		cursor := uint64(1 + rng.IntN(10))
 		n, size := 1+rng.IntN(40), 1+rng.IntN(12)
-		ranges, counts, _, rest := ix.take(cursor, n, size)
+		ranges, counts, lists, _, rest := ix.take(cursor, n, size)
 
 		var read []work.Stored
 		for _, s := range seqs {
@@ -35,8 +35,9 @@ func TestSeqIndexTakeMatchesCut(t *testing.T) {
 		}
 		var wantR []tenancy.Range
 		var wantC []int
+		var wantL [][]uint64
 		if len(read) > 0 {
-			wantR, wantC = cut(read, size)
+			wantR, wantC, wantL = cut(read, size)
 		}
 		known := 0
 		for _, s := range seqs {
@@ -44,9 +45,9 @@ func TestSeqIndexTakeMatchesCut(t *testing.T) {
 				known++
 			}
 		}
-		if !slices.Equal(ranges, wantR) || !slices.Equal(counts, wantC) || rest != uint64(known-len(read)) {
-			t.Fatalf("trial %d: seqs %v cursor %d n %d size %d:\n take %v %v rest %d\n cut  %v %v rest %d",
-				trial, seqs, cursor, n, size, ranges, counts, rest, wantR, wantC, known-len(read))
+		if !slices.Equal(ranges, wantR) || !slices.Equal(counts, wantC) || !slices.EqualFunc(lists, wantL, slices.Equal) || rest != uint64(known-len(read)) {
+			t.Fatalf("trial %d: seqs %v cursor %d n %d size %d:\n take %v %v %v rest %d\n cut  %v %v %v rest %d",
+				trial, seqs, cursor, n, size, ranges, counts, lists, rest, wantR, wantC, wantL, known-len(read))
 		}
 	}
 }

@@ -36,7 +36,16 @@ type Item struct {
 	// Replay is set when the range is dispatched again after an operator
 	// rewound the cursor.
 	Replay bool `json:"replay,omitempty"`
+	// Seqs, when set, are the sequences of the item's events (Count of
+	// them, FromSeq first, ToSeq last): the dispatcher lists them for a
+	// small batch whose range holds other tenants' events, so the sink gets
+	// each by sequence instead of having the server scan the range. At most
+	// SeqsMax.
+	Seqs []uint64 `json:"seqs,omitempty"`
 }
+
+// SeqsMax is the most sequences an item lists (Item.Seqs).
+const SeqsMax = 64
 
 // Validate checks the fields a sink relies on.
 func (it Item) Validate() error {
@@ -55,6 +64,15 @@ func (it Item) Validate() error {
 	}
 	if it.LeaseID == "" {
 		errs = append(errs, "lease_id is empty")
+	}
+	if n := len(it.Seqs); n > 0 {
+		ok := n == it.Count && n <= SeqsMax && it.Seqs[0] == it.FromSeq && it.Seqs[n-1] == it.ToSeq
+		for i := 1; ok && i < n; i++ {
+			ok = it.Seqs[i] > it.Seqs[i-1]
+		}
+		if !ok {
+			errs = append(errs, fmt.Sprintf("seqs %v do not list the %d events of range %d..%d in order", it.Seqs, it.Count, it.FromSeq, it.ToSeq))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidItem, strings.Join(errs, "; "))

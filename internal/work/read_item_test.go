@@ -107,4 +107,38 @@ func TestReadItem(t *testing.T) {
 	}
 	delete(seqOf, gap[9])
 	check("dense range with a gap", item("acme", gap[0], gap[9], 10), want("acme", gap[0], gap[9], 10))
+
+	// Listed sequences: each read by sequence; a deleted one is missing, not
+	// replaced by the next message (globex's, or acme's past the item).
+	spread := publish("acme", "globex", "globex", "acme", "globex", "acme", "acme")
+	listed := item("acme", spread[0], spread[5], 3)
+	listed.Seqs = []uint64{spread[0], spread[3], spread[5]}
+	check("listed sequences", listed, listed.Seqs)
+	if err := stream.DeleteMsg(ctx, spread[3]); err != nil {
+		t.Fatal(err)
+	}
+	check("listed sequences, one deleted", listed, []uint64{spread[0], spread[5]})
+}
+
+// Seqs must list the item's events in order, from FromSeq to ToSeq.
+func TestItemSeqsValidate(t *testing.T) {
+	t.Parallel()
+	base := work.Item{Tenant: "acme", Dest: "postgres", FromSeq: 10, ToSeq: 20, Count: 3, LeaseID: "l"}
+	for _, tc := range []struct {
+		seqs []uint64
+		ok   bool
+	}{
+		{nil, true},
+		{[]uint64{10, 15, 20}, true},
+		{[]uint64{10, 20}, false},     // count 3
+		{[]uint64{11, 15, 20}, false}, // not from FromSeq
+		{[]uint64{10, 15, 19}, false}, // not to ToSeq
+		{[]uint64{10, 10, 20}, false}, // not increasing
+	} {
+		it := base
+		it.Seqs = tc.seqs
+		if err := it.Validate(); (err == nil) != tc.ok {
+			t.Errorf("seqs %v: Validate() = %v, want ok %v", tc.seqs, err, tc.ok)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestItemValidate(t *testing.T) {
 		t.Fatalf("subject %q msg id %q", m.Subject, m.Header.Get("Nats-Msg-Id"))
 	}
 	back, err := work.Decode(m.Data)
-	if err != nil || back != b2b {
+	if err != nil || !reflect.DeepEqual(back, b2b) {
 		t.Fatalf("decode: %+v %v", back, err)
 	}
 }
