@@ -96,8 +96,7 @@ type Config struct {
 	// start, headers only, to learn where the existing backlog's events
 	// are (from the oldest cursor with backlog), so that the backlog too is
 	// cut into batches without reading PRODUCTS. Backlog older than that is
-	// read. Negative: no backfill. Default 2,000,000 (about 5 s of doorbell
-	// traffic on a 2-core machine).
+	// read. Negative: no backfill. Default 2,000,000.
 	Backfill int64
 
 	// ScanParallelism is how many backlog probes (one batched direct get
