@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/replay"
 	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 func (c *cli) replayCmd() *cobra.Command {
@@ -24,9 +25,10 @@ func (c *cli) replayCmd() *cobra.Command {
 		wait    bool
 		noWait  bool
 		refresh time.Duration
+		rate    string
 	)
 	cmd := &cobra.Command{
-		Use:   "replay --tenant <id> --dest <destination|all> (--from-seq N | --since 2h | --from 2026-11-20T10:00:00Z) [--to-seq M]",
+		Use:   "replay --tenant <id> --dest <destination|all> (--from-seq N | --since 2h | --from 2026-11-20T10:00:00Z) [--to-seq M] [--rate N|unlimited]",
 		Short: "Send a tenant's events to a destination again, through the normal fair, slot-limited path",
 		Long: `replay rewinds the tenant's dispatch cursor for the destination (or every
 destination with --dest all) to the start you give. Everything from there up
@@ -35,6 +37,12 @@ traffic; sinks are idempotent, so replaying twice leaves every destination as
 after once. With --to-seq the cursor jumps back to where it was once the
 batch holding that sequence is dispatched; that batch (at most the
 dispatcher's --batch-size events) may reach past it.
+
+A replay is throttled so that it does not take the machines from live
+traffic: each dispatcher replays at most --rate events per second per
+destination (default: the dispatcher's --replay-rate; "unlimited" for as
+fast as the tenant's slots allow). The tenant's new events for that
+destination are dispatched after the replayed range.
 
 On a terminal it shows a progress bar (events dispatched again / total, rate,
 ETA) until the replay is through; elsewhere it prints a line every few
@@ -49,6 +57,17 @@ seconds with --wait, or starts the replay and returns.`,
 			}
 			if req.Tenant == "" || req.Dest == "" || given != 1 {
 				return usageError{fmt.Errorf("--tenant, --dest and exactly one of --from-seq, --since, --from are required")}
+			}
+			switch rate {
+			case "", "default":
+			case "unlimited":
+				req.Rate = tenancy.ReplayUnthrottled
+			default:
+				n, err := strconv.Atoi(rate)
+				if err != nil || n < 1 {
+					return usageError{fmt.Errorf("--rate %q: want events per second (a positive number) or unlimited", rate)}
+				}
+				req.Rate = n
 			}
 			switch {
 			case since > 0:
@@ -70,7 +89,7 @@ seconds with --wait, or starts the replay and returns.`,
 				return err
 			}
 			for _, r := range rs {
-				fmt.Fprintf(c.errOut, "replay %d: %s → %s, sequences %d..%d, %d events\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.End()-1, r.Total)
+				fmt.Fprintf(c.errOut, "replay %d: %s → %s, sequences %d..%d, %d events, rate %s\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.End()-1, r.Total, rateString(r.Rate))
 			}
 			tty := isTerminal(c.out)
 			if noWait || (!wait && !tty) {
@@ -86,6 +105,7 @@ seconds with --wait, or starts the replay and returns.`,
 	f.Uint64Var(&req.ToSeq, "to-seq", 0, "replay up to this PRODUCTS sequence (default: up to where the cursor is)")
 	f.DurationVar(&since, "since", 0, "replay events stored within this long (e.g. 2h)")
 	f.StringVar(&from, "from", "", "replay events stored at or after this RFC 3339 time")
+	f.StringVar(&rate, "rate", "", "events per second per destination, or unlimited (default: the dispatcher's --replay-rate)")
 	f.BoolVar(&wait, "wait", false, "watch progress until the replay is through (default on a terminal)")
 	f.BoolVar(&noWait, "no-wait", false, "start the replay and return")
 	f.DurationVar(&refresh, "refresh", time.Second, "how often progress is read")
@@ -174,9 +194,9 @@ func (c *cli) replayStatusCmd() *cobra.Command {
 				return err
 			}
 			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tTENANT\tDEST\tFROM\tTO\tDONE\tTOTAL\tSTATE\tSTARTED")
+			fmt.Fprintln(w, "ID\tTENANT\tDEST\tFROM\tTO\tDONE\tTOTAL\tRATE\tSTATE\tSTARTED")
 			for _, r := range rs {
-				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.End()-1, r.Done, r.Total, r.State, r.CreatedAt.Format(time.RFC3339))
+				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", r.ID, r.Tenant, r.Dest, r.FromSeq, r.End()-1, r.Done, r.Total, rateString(r.Rate), r.State, r.CreatedAt.Format(time.RFC3339))
 			}
 			return w.Flush()
 		},
@@ -209,6 +229,17 @@ func (c *cli) replayCancelCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// rateString shows a replay's rate (replay.Request.Rate).
+func rateString(rate int) string {
+	switch {
+	case rate == 0:
+		return "default"
+	case rate < 0:
+		return "unlimited"
+	}
+	return strconv.Itoa(rate) + "/s"
 }
 
 func isTerminal(w io.Writer) bool {

@@ -68,9 +68,12 @@ func TestReplayCommands(t *testing.T) {
 		t.Fatalf("cursor after cancel %d, want %d", c, last+1)
 	}
 	// --to-seq bounds the range.
-	_, errOut, err = run("replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--to-seq", "3", "--no-wait")
-	if err != nil || !strings.Contains(errOut, "replay 2: acme → postgres, sequences 2..3, 2 events") {
+	_, errOut, err = run("replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--to-seq", "3", "--rate", "250", "--no-wait")
+	if err != nil || !strings.Contains(errOut, "replay 2: acme → postgres, sequences 2..3, 2 events, rate 250/s") {
 		t.Fatalf("replay --to-seq: %q %v", errOut, err)
+	}
+	if out, _, err := run("replay", "status"); err != nil || !strings.Contains(out, "250/s") {
+		t.Fatalf("status does not show the rate: %q %v", out, err)
 	}
 	if out, _, err := run("replay", "cancel", "2"); err != nil || !strings.Contains(out, "cancelled") {
 		t.Fatalf("cancel: %q %v", out, err)
@@ -80,13 +83,15 @@ func TestReplayCommands(t *testing.T) {
 		{"replay", "--tenant", "acme", "--dest", "s3", "--since", "1h"},
 		{"replay", "--tenant", "acme", "--dest", "postgres"},
 		{"replay", "--tenant", "acme", "--dest", "postgres", "--from", "yesterday"},
+		{"replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--rate", "fast"},
+		{"replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--rate", "0"},
 	} {
 		if _, _, err := run(bad...); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
 	}
 	// The --wait path: a replay whose range was dispatched again ends.
-	if _, errOut, err := run("replay", "--tenant", "acme", "--dest", "postgres", "--since", "1h", "--no-wait"); err != nil {
+	if _, errOut, err := run("replay", "--tenant", "acme", "--dest", "postgres", "--since", "1h", "--rate", "unlimited", "--no-wait"); err != nil || !strings.Contains(errOut, "rate unlimited") {
 		t.Fatalf("since: %q %v", errOut, err)
 	}
 	if _, err := store.Dispatch(ctx, "acme", "postgres", "d2", 1, last); err != nil {

@@ -25,6 +25,7 @@ const (
 	RetryDelayDefault      = time.Second
 	ScanParallelismDefault = 16
 	BackfillDefault        = 2_000_000
+	ReplayRateDefault      = 5_000
 )
 
 // Config configures a Dispatcher. The zero value plus Dests is valid.
@@ -99,6 +100,14 @@ type Config struct {
 	// read. Negative: no backfill. Default 2,000,000.
 	Backfill int64
 
+	// ReplayRate is how many events per second a replaying (tenant,
+	// destination) is dispatched at, when its replay did not set a rate
+	// (tenancy.Rewind.Rate). A replay is dispatched one batch per grant and
+	// throttled so that it cannot take the machines from live traffic; the
+	// rate is per dispatcher process. Negative: replays are not throttled.
+	// Default 5,000.
+	ReplayRate int
+
 	// ScanParallelism is how many backlog probes (one batched direct get
 	// each) the startup and poll scans run at once. Default 16.
 	ScanParallelism int
@@ -133,6 +142,7 @@ func (c *Config) WithDefaults() *Config {
 	out.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	out.ScanParallelism = cmp.Or(c.ScanParallelism, ScanParallelismDefault)
 	out.Backfill = cmp.Or(c.Backfill, BackfillDefault)
+	out.ReplayRate = cmp.Or(c.ReplayRate, ReplayRateDefault)
 	out.Stream = cmp.Or(c.Stream, events.StreamName)
 	if out.Clock == nil {
 		out.Clock = time.Now

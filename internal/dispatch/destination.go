@@ -1,10 +1,13 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -40,6 +43,13 @@ type tenantState struct {
 	bells   uint64   // doorbell rings so far
 	live    seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
 	back    seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
+
+	// A cursor below replayUntil is replaying (tenancy.PairState), at
+	// replayRate events/s (0: Config.ReplayRate; negative: unthrottled),
+	// metered by replayLim.
+	replayUntil uint64
+	replayRate  int
+	replayLim   *rate.Limiter
 }
 
 func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
@@ -146,6 +156,11 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	if int64(n) > g.MaxCost {
 		n = int(max(g.MaxCost, 1))
 	}
+	replayUntil, lim, wait := x.replayBudget(ts, from, &n)
+	if wait > 0 {
+		x.throttle(k, ts, wait)
+		return
+	}
 	ranges, counts, lists, first, pending, ok := x.fromIndex(ts, from, n)
 	source := "index"
 	if !ok {
@@ -203,7 +218,10 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		sent += counts[i]
 		it := work.Item{
 			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i],
-			LeaseID: l.ID, Token: l.Token, DispatchedAt: now,
+			LeaseID: l.ID, Token: l.Token, DispatchedAt: now, Replay: l.FromSeq < replayUntil,
+		}
+		if it.Replay {
+			d.m.replayed.WithLabelValues(x.name).Add(float64(it.Count))
 		}
 		wg.Go(func() {
 			if err := d.publish(ctx, it); err != nil {
@@ -217,6 +235,9 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		})
 	}
 	wg.Wait()
+	if lim != nil {
+		lim.ReserveN(now, sent) // sent ≤ n ≤ burst: the limiter's debt paces the next grant
+	}
 	if !first.IsZero() {
 		d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(first).Seconds())
 	}
@@ -231,6 +252,49 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		x.mu.Unlock()
 	}
 	x.finish(k, next, sent, pending, bells)
+}
+
+// replayBudget meters a replaying tenant (its cursor below replayUntil):
+// unless its replay is unthrottled, a grant then covers at most one batch,
+// and at most what the replay's rate allows, so a replay is spread evenly
+// instead of taking the machines in bursts. It returns replayUntil (0 when not replaying), the
+// limiter to charge with what the grant dispatched (nil: not throttled),
+// and how long to wait before this tenant may be granted again (0: go
+// ahead with *n events).
+func (x *destination) replayBudget(ts *tenantState, cursor uint64, n *int) (replayUntil uint64, lim *rate.Limiter, wait time.Duration) {
+	d := x.d
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if cursor >= ts.replayUntil {
+		return 0, nil, 0
+	}
+	r := cmp.Or(ts.replayRate, d.cfg.ReplayRate)
+	if r < 0 {
+		return ts.replayUntil, nil, 0
+	}
+	burst := min(r, d.cfg.BatchSize)
+	if ts.replayLim == nil || ts.replayLim.Limit() != rate.Limit(r) {
+		ts.replayLim = rate.NewLimiter(rate.Limit(r), burst)
+	}
+	*n = min(*n, burst)
+	now := d.cfg.Clock()
+	if tokens := ts.replayLim.TokensAt(now); tokens < float64(*n) {
+		return ts.replayUntil, nil, time.Duration((float64(*n) - tokens) / float64(r) * float64(time.Second))
+	}
+	return ts.replayUntil, ts.replayLim, 0
+}
+
+// throttle ends a grant the replay's rate holds back: the tenant is
+// blocked (costs nothing, keeps its place) until wait has passed.
+func (x *destination) throttle(k scheduler.Key, ts *tenantState, wait time.Duration) {
+	x.d.m.throttled.WithLabelValues(x.name).Inc()
+	x.mu.Lock()
+	ts.granted = false
+	ts.blocked = true
+	x.sched.SetBlocked(k, true)
+	_ = x.sched.Done(k, 0, 0)
+	x.mu.Unlock()
+	time.AfterFunc(wait, func() { x.unblock(k.Tenant) })
 }
 
 // fromIndex cuts up to n of the tenant's events from cursor into batches
@@ -409,24 +473,28 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill boo
 	x.kick()
 }
 
-// seed applies a scan result: the tenant's cursor and weight from
-// PostgreSQL and its backlog as the server counted it. A tenant with a grant
-// outstanding keeps what its grant will report.
-func (x *destination) seed(tenant string, cursor uint64, weight int, backlog uint64, lastSeq uint64) {
+// seed applies a scan result: the tenant's cursor, weight and replay from
+// PostgreSQL and its backlog as the server counted it (lastSeq: a sequence
+// of the tenant the server saw). A tenant with a grant outstanding keeps
+// what its grant will report; seed then reports false.
+func (x *destination) seed(p tenancy.PairState, backlog uint64, lastSeq uint64) bool {
 	x.mu.Lock()
-	ts := x.state(tenant)
-	ts.weight = max(weight, 1)
+	ts := x.state(p.Tenant)
+	ts.weight = max(p.Weight, 1)
+	ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
 	if lastSeq > ts.lastSeq {
 		ts.lastSeq = lastSeq
 	}
-	if !ts.granted {
-		ts.cursor = cursor
-		x.sched.SetBacklog(x.key(tenant), int64(backlog), ts.weight)
+	granted := ts.granted
+	if !granted {
+		ts.cursor = p.NextSeq
+		x.sched.SetBacklog(x.key(p.Tenant), int64(backlog), ts.weight)
 	}
 	x.mu.Unlock()
 	if backlog > 0 {
 		x.kick()
 	}
+	return !granted
 }
 
 // markOrphan notes that an orphan of tenant waits for a slot.

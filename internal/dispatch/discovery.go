@@ -70,30 +70,27 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 	)
 	for _, p := range probes {
 		ps, known := states[p.x.name][p.tenant]
-		cursor, weight := uint64(1), 1
-		if known {
-			cursor, weight = ps.NextSeq, ps.Weight
+		if !known {
+			ps = tenancy.PairState{Tenant: p.tenant, NextSeq: 1, Weight: 1}
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			b, err := d.rd.Next(ctx, p.tenant, cursor, 0, work.ReadOptions{Max: 1, NoData: true})
+			backlog, first, err := d.probe(ctx, p.tenant, ps.NextSeq)
 			if err != nil {
 				mu.Lock()
 				firstErr = err
 				mu.Unlock()
 				return
 			}
-			backlog, last := uint64(len(b.Msgs))+b.Pending, uint64(0)
-			if len(b.Msgs) > 0 {
-				last = b.Msgs[0].Seq
+			if first > 0 {
 				mu.Lock()
-				if oldest == 0 || cursor < oldest {
-					oldest = cursor
+				if oldest == 0 || ps.NextSeq < oldest {
+					oldest = ps.NextSeq
 				}
 				mu.Unlock()
 			}
-			p.x.seed(p.tenant, cursor, weight, backlog, last)
+			p.x.seed(ps, backlog, first)
 		})
 	}
 	wg.Wait()
@@ -103,6 +100,56 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 	}
 	d.log.Debug("backlog scan done", "tenants", len(tenants), "probes", len(probes), "took", time.Since(start))
 	return lastSeq, oldest, nil
+}
+
+// probe counts tenant's events at or after cursor with one batched direct
+// get (no data) and returns the first one's sequence (0: none).
+func (d *Dispatcher) probe(ctx context.Context, tenant string, cursor uint64) (backlog, first uint64, err error) {
+	b, err := d.rd.Next(ctx, tenant, cursor, 0, work.ReadOptions{Max: 1, NoData: true})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(b.Msgs) > 0 {
+		first = b.Msgs[0].Seq
+	}
+	return uint64(len(b.Msgs)) + b.Pending, first, nil
+}
+
+// reloadPair picks up an operator's move of (tenant, dest)'s cursor — a
+// replay's rewind, a cancelled replay (tenancy.Released.Cursor) — at once
+// instead of at the next poll: it reloads the cursor and the replay from
+// PostgreSQL and probes the backlog. While a grant of the tenant is in
+// flight its outcome would overwrite the reload, so it tries again once
+// the grant is done.
+func (d *Dispatcher) reloadPair(ctx context.Context, tenant, dest string) {
+	d.mu.Lock()
+	x := d.dests[dest]
+	d.mu.Unlock()
+	if x == nil {
+		return // not a destination of this dispatcher (yet): the next poll sees it
+	}
+	for ctx.Err() == nil {
+		ps, err := d.st.PairState(ctx, tenant, dest)
+		if err == nil {
+			var backlog, first uint64
+			if backlog, first, err = d.probe(ctx, tenant, ps.NextSeq); err == nil && x.seed(ps, backlog, first) {
+				return
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("reloading a moved cursor failed; the next poll picks it up", "tenant", tenant, "dest", dest, "err", err)
+				d.m.errors.WithLabelValues(dest, "reload").Inc()
+			}
+			return
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
 }
 
 // backfillFrom is where the backfill starts: the oldest cursor with

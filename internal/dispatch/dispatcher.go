@@ -61,6 +61,7 @@ type Dispatcher struct {
 	loops       sync.WaitGroup
 
 	recoverKick chan struct{}
+	reloads     sync.WaitGroup // reloadPair calls
 
 	// The index (seq_index.go) is exact for sequences from liveFrom on,
 	// as the doorbell delivers them, and for [backFrom, liveFrom) once the
@@ -175,6 +176,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer grace.Stop()
 	d.loops.Wait()
 	aux.Wait()
+	d.reloads.Wait()
 	d.log.Info("dispatcher stopped", "holder", d.cfg.Holder)
 	return nil
 }
@@ -280,6 +282,11 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 					x.unblockAll()
 				}
 				d.kickRecovery()
+				continue
+			}
+			if r.Cursor {
+				d.m.wakeups.WithLabelValues("cursor").Inc()
+				d.reloads.Go(func() { d.reloadPair(ctx, r.Tenant, r.Dest) })
 				continue
 			}
 			d.mu.Lock()

@@ -17,3 +17,8 @@ func (d *Dispatcher) SetOnBell(f func(tenant string, seq uint64)) { d.hooks.onBe
 func (d *Dispatcher) Grants(dest, source string) float64 {
 	return testutil.ToFloat64(d.m.grants.WithLabelValues(dest, source))
 }
+
+// Throttled returns how many grants of dest a replay's rate held back.
+func (d *Dispatcher) Throttled(dest string) float64 {
+	return testutil.ToFloat64(d.m.throttled.WithLabelValues(dest))
+}

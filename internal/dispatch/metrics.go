@@ -18,6 +18,8 @@ type metrics struct {
 	recovered  *prometheus.CounterVec   // dest: orphans re-dispatched
 	returned   *prometheus.CounterVec   // dest: batches handed back unpublished
 	errors     *prometheus.CounterVec   // dest, op
+	replayed   *prometheus.CounterVec   // dest: events dispatched again for a replay
+	throttled  *prometheus.CounterVec   // dest: grants a replay's rate held back
 	scanSecond prometheus.Histogram
 }
 
@@ -41,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "in_flight", Help: "Grants being dispatched right now."}, []string{"dest"}),
 		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll."}, []string{"source"}),
+			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll, cursor (an operator moved a cursor: replay, cancel)."}, []string{"source"}),
 		atLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "at_limit_total", Help: "Dispatch attempts that found the tenant at its slot limit."}, []string{"dest"}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -52,11 +54,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "returned_total", Help: "Dispatched batches handed back unpublished (shutdown, publish failure)."}, []string{"dest"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "errors_total", Help: "Errors by destination and operation."}, []string{"dest", "op"}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "replayed_events_total", Help: "Events dispatched again for a replay (included in events_total), by destination."}, []string{"dest"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "replay_throttled_total", Help: "Grants of a replaying tenant held back by the replay's rate, by destination."}, []string{"dest"}),
 		scanSecond: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "scan_seconds", Help: "Duration of a full backlog scan.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.scanSecond} {
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.scanSecond} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -56,6 +56,14 @@ import (
 // Run: FAIRWAY_BENCH_REPLAY_EVENTS=200000 go test -run '^$' -bench BenchmarkReplayImpact -benchtime 1x ./internal/replay/
 func BenchmarkReplayImpact(b *testing.B) {
 	n := benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_EVENTS", 1_000_000)
+	rate := 0 // the dispatcher's default
+	switch v := os.Getenv("FAIRWAY_BENCH_REPLAY_RATE"); v {
+	case "":
+	case "unlimited":
+		rate = tenancy.ReplayUnthrottled
+	default:
+		rate = benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_RATE", 0)
+	}
 	window := benchEnvDuration(b, "FAIRWAY_BENCH_WINDOW", 20*time.Second)
 	const (
 		bigTenant = "big"
@@ -123,7 +131,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 	time.Sleep(time.Until(baseFrom.Add(window)))
 
 	replayFrom := time.Now()
-	rs, err := svc.Start(ctx, replay.Request{Tenant: bigTenant, Dest: tenancy.DestPostgres, FromSeq: first})
+	rs, err := svc.Start(ctx, replay.Request{Tenant: bigTenant, Dest: tenancy.DestPostgres, FromSeq: first, Rate: rate})
 	if err != nil {
 		b.Fatal(err)
 	}

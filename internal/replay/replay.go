@@ -50,6 +50,10 @@ type Request struct {
 	// then jumps back to where it was (tenancy.RewindCursorRange), so
 	// only the batch that holds ToSeq may reach past it.
 	ToSeq uint64
+	// Rate is how many events per second the dispatcher replays for each
+	// destination: 0 for the dispatcher's --replay-rate,
+	// tenancy.ReplayUnthrottled for as fast as the tenant's slots allow.
+	Rate int
 }
 
 // Replay is one (tenant, destination) replay.
@@ -65,8 +69,10 @@ type Replay struct {
 	// Total is how many of the tenant's events the range holds; Done how
 	// many of them were dispatched again so far.
 	Total, Done uint64
-	State       string
-	CreatedAt   time.Time
+	// Rate is the requested rate (Request.Rate).
+	Rate      int
+	State     string
+	CreatedAt time.Time
 }
 
 // Service starts, watches and cancels replays.
@@ -89,6 +95,9 @@ func (s *Service) Start(ctx context.Context, req Request) ([]Replay, error) {
 	}
 	if (req.FromSeq == 0) == req.From.IsZero() {
 		return nil, errors.New("replay: give exactly one of a start sequence and a start time")
+	}
+	if req.Rate < tenancy.ReplayUnthrottled {
+		return nil, fmt.Errorf("replay: rate %d: want events per second, 0 for the dispatcher's default or %d for unthrottled", req.Rate, tenancy.ReplayUnthrottled)
 	}
 	if req.ToSeq > 0 && req.FromSeq > req.ToSeq {
 		return nil, fmt.Errorf("replay: end sequence %d is before the start %d", req.ToSeq, req.FromSeq)
@@ -123,7 +132,7 @@ func (s *Service) Start(ctx context.Context, req Request) ([]Replay, error) {
 	}
 	var out []Replay
 	for _, d := range dests {
-		r, err := s.start(ctx, req.Tenant, d, from, req.ToSeq)
+		r, err := s.start(ctx, req.Tenant, d, from, req.ToSeq, req.Rate)
 		if errors.Is(err, ErrNothing) && req.Dest == "all" {
 			continue // this destination has not reached the start yet
 		}
@@ -184,15 +193,15 @@ func (r Replay) End() uint64 {
 	return r.TargetSeq
 }
 
-func (s *Service) start(ctx context.Context, tenant, dest string, from, to uint64) (Replay, error) {
-	target, err := s.Store.RewindCursorRange(ctx, tenant, dest, from, to)
+func (s *Service) start(ctx context.Context, tenant, dest string, from, to uint64, rate int) (Replay, error) {
+	target, err := s.Store.Rewind(ctx, tenancy.Rewind{Tenant: tenant, Dest: dest, From: from, Last: to, Rate: rate})
 	if errors.Is(err, tenancy.ErrInvalidArgument) {
 		return Replay{}, fmt.Errorf("replay %s/%s: %w: its cursor is at %d, not past %d", tenant, dest, ErrNothing, target, from)
 	}
 	if err != nil {
 		return Replay{}, err
 	}
-	r := Replay{Tenant: tenant, Dest: dest, FromSeq: from, TargetSeq: target, State: StateRunning}
+	r := Replay{Tenant: tenant, Dest: dest, FromSeq: from, TargetSeq: target, Rate: rate, State: StateRunning}
 	if to > 0 && to+1 < target {
 		r.ToSeq = to
 	}
@@ -205,8 +214,9 @@ func (s *Service) start(ctx context.Context, tenant, dest string, from, to uint6
 		v := int64(r.ToSeq)
 		toSeq = &v
 	}
-	err = s.Pool.QueryRow(ctx, `INSERT INTO fairway.replays (tenant, dest, from_seq, target_seq, to_seq, total)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, created_at`, tenant, dest, int64(from), int64(target), toSeq, int64(r.Total)).Scan(&r.ID, &r.CreatedAt)
+	err = s.Pool.QueryRow(ctx, `INSERT INTO fairway.replays (tenant, dest, from_seq, target_seq, to_seq, total, rate)
+		VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::int = 0 THEN NULL WHEN $7::int < 0 THEN 0 ELSE $7::int END) RETURNING id, created_at`,
+		tenant, dest, int64(from), int64(target), toSeq, int64(r.Total), rate).Scan(&r.ID, &r.CreatedAt)
 	if err != nil {
 		return r, fmt.Errorf("record replay %s/%s: %w", tenant, dest, err)
 	}
@@ -229,7 +239,8 @@ func (s *Service) between(ctx context.Context, tenant string, from, to uint64) (
 // List returns replays, newest first: running ones with fresh progress
 // (a replay whose cursor passed its target is marked done).
 func (s *Service) List(ctx context.Context, tenant string, running bool) ([]Replay, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT id, tenant, dest, from_seq, target_seq, COALESCE(to_seq, 0), total, state, created_at
+	rows, err := s.Pool.Query(ctx, `SELECT id, tenant, dest, from_seq, target_seq, COALESCE(to_seq, 0), total,
+			CASE WHEN rate = 0 THEN -1 ELSE COALESCE(rate, 0) END, state, created_at
 		FROM fairway.replays WHERE ($1 = '' OR tenant = $1) AND (NOT $2 OR state = 'running')
 		ORDER BY id DESC LIMIT 100`, tenant, running)
 	if err != nil {
@@ -238,7 +249,7 @@ func (s *Service) List(ctx context.Context, tenant string, running bool) ([]Repl
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Replay, error) {
 		var x Replay
 		var from, target, to, total int64
-		err := r.Scan(&x.ID, &x.Tenant, &x.Dest, &from, &target, &to, &total, &x.State, &x.CreatedAt)
+		err := r.Scan(&x.ID, &x.Tenant, &x.Dest, &from, &target, &to, &total, &x.Rate, &x.State, &x.CreatedAt)
 		x.FromSeq, x.TargetSeq, x.ToSeq, x.Total = uint64(from), uint64(target), uint64(to), uint64(total)
 		return x, err
 	})

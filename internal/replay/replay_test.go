@@ -103,10 +103,25 @@ func TestReplayRewindsAndTracksProgress(t *testing.T) {
 		t.Fatalf("after the range: %+v", got)
 	}
 
-	// all: only destinations that dispatched past the start replay.
-	rs, err = f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "all", FromSeq: acme[2]})
+	// all: only destinations that dispatched past the start replay; the
+	// rate goes to each, is listed, and reaches the dispatcher through the
+	// cursor row.
+	if _, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "all", FromSeq: acme[2], Rate: -2}); err == nil {
+		t.Fatal("rate -2 accepted")
+	}
+	rs, err = f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "all", FromSeq: acme[2], Rate: 700})
 	if err != nil || len(rs) != 2 {
 		t.Fatalf("all: %+v %v", rs, err)
+	}
+	for _, r := range rs {
+		listed, err := f.svc.Get(ctx, r.ID)
+		if err != nil || listed.Rate != 700 {
+			t.Fatalf("listed %+v %v, want rate 700", listed, err)
+		}
+		ps, err := f.store.PairState(ctx, "acme", r.Dest)
+		if err != nil || ps.ReplayRate != 700 || !ps.Replaying() {
+			t.Fatalf("%s pair state %+v %v, want replaying at 700/s", r.Dest, ps, err)
+		}
 	}
 	// Cancel jumps the cursor back to where the replay started.
 	c, err := f.svc.Cancel(ctx, rs[0].ID)

@@ -15,7 +15,14 @@ import (
 // every tenant.
 type Released struct {
 	Tenant, Dest string
+	// Cursor says the pair's cursor was moved by an operator (a replay's
+	// rewind, a cancelled replay): reload it rather than wait for a slot.
+	Cursor bool
 }
+
+// notifyCursor ends the payload of a Released with Cursor set:
+// "<tenant> <dest> cursor".
+const notifyCursor = "cursor"
 
 // Listener reconnect backoff bounds.
 const (
@@ -80,8 +87,9 @@ func (s *Store) listenLoop(ctx context.Context, conn *pgx.Conn, ch chan<- Releas
 		n, err := conn.WaitForNotification(ctx)
 		if err == nil {
 			backoff = listenBackoffMin
-			tenant, dest, _ := strings.Cut(n.Payload, " ")
-			if !send(Released{Tenant: tenant, Dest: dest}) {
+			tenant, rest, _ := strings.Cut(n.Payload, " ")
+			dest, kind, _ := strings.Cut(rest, " ")
+			if !send(Released{Tenant: tenant, Dest: dest, Cursor: kind == notifyCursor}) {
 				return
 			}
 			continue

@@ -184,29 +184,58 @@ type PairState struct {
 	Tenant  string
 	NextSeq uint64
 	Weight  int
+	// ReplayUntil, when above NextSeq, says the pair is replaying (Rewind)
+	// up to this sequence (exclusive), at ReplayRate events per second
+	// (0: the dispatcher's default; ReplayUnthrottled: not throttled).
+	ReplayUntil uint64
+	ReplayRate  int
 }
+
+// Replaying says whether the cursor is inside a replayed range.
+func (p PairState) Replaying() bool { return p.NextSeq < p.ReplayUntil }
 
 // PairStates lists every known (tenant, dest) of dest with its cursor and
 // effective weight, in one query.
 func (s *Store) PairStates(ctx context.Context, dest string) ([]PairState, error) {
+	return s.pairStates(ctx, dest, "")
+}
+
+// PairState is PairStates for one tenant. ErrUnknownTenant when the pair
+// was never seen.
+func (s *Store) PairState(ctx context.Context, tenant, dest string) (PairState, error) {
+	if err := validPair(tenant, dest); err != nil {
+		return PairState{}, err
+	}
+	ps, err := s.pairStates(ctx, dest, tenant)
+	if err != nil {
+		return PairState{}, err
+	}
+	if len(ps) == 0 {
+		return PairState{}, fmt.Errorf("pair state %s/%s: %w", tenant, dest, ErrUnknownTenant)
+	}
+	return ps[0], nil
+}
+
+func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairState, error) {
 	if err := ValidDest(dest); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT l.tenant, c.next_seq, CASE WHEN l.weight > 0 THEN l.weight ELSE t.weight END
+	rows, err := s.pool.Query(ctx, `SELECT l.tenant, c.next_seq, CASE WHEN l.weight > 0 THEN l.weight ELSE t.weight END,
+			COALESCE(c.replay_until, 0), CASE WHEN c.replay_rate = 0 THEN -1 ELSE COALESCE(c.replay_rate, 0) END
 		FROM fairway.limits l
 		JOIN fairway.tenants t ON t.id = l.tenant
 		JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
-		WHERE l.dest = $1`, dest)
+		WHERE l.dest = $1 AND ($2 = '' OR l.tenant = $2)`, dest, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("pair states of %s: %w", dest, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairState, error) {
 		var (
-			p    PairState
-			next int64
+			p           PairState
+			next, until int64
 		)
-		err := r.Scan(&p.Tenant, &next, &p.Weight)
-		p.NextSeq = uint64(next)
+		err := r.Scan(&p.Tenant, &next, &p.Weight, &until, &p.ReplayRate)
+		p.NextSeq, p.ReplayUntil = uint64(next), uint64(until)
 		return p, err
 	})
 	if err != nil {

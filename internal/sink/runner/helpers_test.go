@@ -131,9 +131,20 @@ func (e *env) publish(evs ...events.Event) []uint64 {
 // item with count events.
 func (e *env) dispatch(tenant, dest string, count int) work.Item {
 	e.t.Helper()
-	ctx := context.Background()
-	from, err := e.store.Cursor(ctx, tenant, dest)
+	from, err := e.store.Cursor(context.Background(), tenant, dest)
 	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.dispatchFrom(tenant, dest, from, count, false)
+}
+
+// dispatchFrom is dispatch from sequence from on (a replay's rewind: the
+// cursor is set there first), flagging the item as a replay when replay is
+// set.
+func (e *env) dispatchFrom(tenant, dest string, from uint64, count int, replay bool) work.Item {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := e.store.SetCursor(ctx, tenant, dest, from); err != nil {
 		e.t.Fatal(err)
 	}
 	s, err := e.js.Stream(ctx, events.StreamName)
@@ -149,7 +160,8 @@ func (e *env) dispatch(tenant, dest string, count int) work.Item {
 	if err != nil {
 		e.t.Fatalf("dispatch %s %d..%d: %v", tenant, from, to, err)
 	}
-	it := work.Item{Tenant: tenant, Dest: dest, FromSeq: from, ToSeq: to, Count: count, LeaseID: l.ID, Token: l.Token, DispatchedAt: time.Now()}
+	it := work.Item{Tenant: tenant, Dest: dest, FromSeq: from, ToSeq: to, Count: count, LeaseID: l.ID, Token: l.Token,
+		DispatchedAt: time.Now(), Replay: replay}
 	e.send(it)
 	return it
 }

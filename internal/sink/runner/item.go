@@ -265,7 +265,9 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 				}
 				j.applied++
 				j.r.m.applied.Inc()
-				j.r.m.endToEnd.Observe(now.Sub(j.recs[k].PublishedAt).Seconds())
+				if !j.item.Replay { // a replayed event's age is the replay's, not the pipeline's
+					j.r.m.endToEnd.Observe(now.Sub(j.recs[k].PublishedAt).Seconds())
+				}
 			}
 		}
 		if len(retry) == 0 {

@@ -1,0 +1,107 @@
+package dispatch_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// A rewound cursor is dispatched again at once (no poll: the poll interval
+// is an hour), flagged as a replay, one batch per grant and no faster than
+// the replay's rate; meanwhile another tenant's new events go out as usual.
+func TestReplayIsThrottledAndPickedUpAtOnce(t *testing.T) {
+	t.Parallel()
+	const (
+		n     = 3000
+		batch = 100
+		rate  = 1000 // events/s: the replay takes at least (n-batch)/rate = 2.9 s
+	)
+	e := setup(t, time.Minute)
+	e.tenant("big", 1, 8, pg)
+	e.tenant("live", 1, 1, pg)
+	seqs := e.publish("big", n)
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, ReplayRate: 1}, nil)
+	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
+	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
+	before := len(s.snapshot())
+
+	start := time.Now()
+	prev, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: seqs[0], Rate: rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev != seqs[n-1]+1 {
+		t.Fatalf("rewind from %d, want %d", prev, seqs[n-1]+1)
+	}
+	e.waitFor("the replay under way", func() bool { return s.events("big") > n })
+	liveSeqs := e.publish("live", 5)
+	e.waitFor("live's events", func() bool { return s.events("live") == len(liveSeqs) })
+	liveDone := s.events("big")
+	e.waitFor("big's events dispatched twice", func() bool { return s.events("big") >= 2*n })
+	took := time.Since(start)
+
+	if liveDone >= 2*n {
+		t.Errorf("live's events were dispatched only after the whole replay (%d of big's events by then)", liveDone)
+	}
+	if min := time.Duration(float64(n-batch) / rate * float64(time.Second)); took < min {
+		t.Errorf("replay of %d events at %d/s took %v, want at least %v", n, rate, took, min)
+	}
+	if got := d.Throttled(pg); got == 0 {
+		t.Errorf("no grant was held back by the replay's rate")
+	}
+	var replayed []uint64
+	for _, it := range s.snapshot()[before:] {
+		switch {
+		case it.Tenant == "live" && it.Replay:
+			t.Errorf("live's item %d..%d flagged as a replay", it.FromSeq, it.ToSeq)
+		case it.Tenant == "big" && !it.Replay:
+			t.Errorf("replayed item %d..%d not flagged as a replay", it.FromSeq, it.ToSeq)
+		case it.Tenant == "big" && it.Count > batch:
+			t.Errorf("replayed item %d..%d holds %d events, more than one batch (%d)", it.FromSeq, it.ToSeq, it.Count, batch)
+		}
+		if it.Tenant == "big" {
+			replayed = append(replayed, it.FromSeq)
+		}
+	}
+	for _, it := range s.snapshot()[:before] {
+		if it.Replay {
+			t.Errorf("first dispatch of %s %d..%d flagged as a replay", it.Tenant, it.FromSeq, it.ToSeq)
+		}
+	}
+	checkExactlyOnce(t, filterTenant(s.snapshot()[before:], "big"), map[string][]uint64{"big": seqs}, false)
+	t.Logf("replayed %d events in %v (%d items), %v throttled grants", n, took.Round(time.Millisecond), len(replayed), d.Throttled(pg))
+}
+
+// An unthrottled replay takes whole grants of several batches.
+func TestReplayUnthrottled(t *testing.T) {
+	t.Parallel()
+	const n, batch = 2000, 100
+	e := setup(t, time.Minute)
+	e.tenant("big", 1, 8, pg)
+	seqs := e.publish("big", n)
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, ReplayRate: 1}, nil)
+	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
+	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
+	before := len(s.snapshot())
+	if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: seqs[0], Rate: tenancy.ReplayUnthrottled}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("big's events dispatched twice", func() bool { return s.events("big") >= 2*n })
+	if got := d.Throttled(pg); got != 0 {
+		t.Errorf("%v grants of an unthrottled replay held back", got)
+	}
+	checkExactlyOnce(t, filterTenant(s.snapshot()[before:], "big"), map[string][]uint64{"big": seqs}, false)
+}
+
+func filterTenant(items []work.Item, tenant string) []work.Item {
+	var out []work.Item
+	for _, it := range items {
+		if it.Tenant == tenant {
+			out = append(out, it)
+		}
+	}
+	return out
+}
