@@ -26,6 +26,7 @@ const (
 	ScanParallelismDefault = 16
 	BackfillDefault        = 2_000_000
 	ReplayRateDefault      = 5_000
+	ReplayBatchDefault     = 100
 )
 
 // Config configures a Dispatcher. The zero value plus Dests is valid.
@@ -108,6 +109,12 @@ type Config struct {
 	// Default 5,000.
 	ReplayRate int
 
+	// ReplayBatch is the most events one replayed work item covers (at
+	// most BatchSize). Smaller than BatchSize so a throttled replay comes
+	// in short steps: a live event that meets one waits for less. Default
+	// 100.
+	ReplayBatch int
+
 	// ScanParallelism is how many backlog probes (one batched direct get
 	// each) the startup and poll scans run at once. Default 16.
 	ScanParallelism int
@@ -143,6 +150,7 @@ func (c *Config) WithDefaults() *Config {
 	out.ScanParallelism = cmp.Or(c.ScanParallelism, ScanParallelismDefault)
 	out.Backfill = cmp.Or(c.Backfill, BackfillDefault)
 	out.ReplayRate = cmp.Or(c.ReplayRate, ReplayRateDefault)
+	out.ReplayBatch = min(cmp.Or(c.ReplayBatch, ReplayBatchDefault), out.BatchSize)
 	out.Stream = cmp.Or(c.Stream, events.StreamName)
 	if out.Clock == nil {
 		out.Clock = time.Now
@@ -173,6 +181,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: GrantBatches %d not in [1, %d]", ErrInvalidConfig, c.GrantBatches, tenancy.DispatchManyMax)
 	case c.Quantum < 1:
 		return fmt.Errorf("%w: Quantum %d < 1", ErrInvalidConfig, c.Quantum)
+	case c.ReplayBatch < 1:
+		return fmt.Errorf("%w: ReplayBatch %d < 1", ErrInvalidConfig, c.ReplayBatch)
 	case c.Concurrency < 1:
 		return fmt.Errorf("%w: Concurrency %d < 1", ErrInvalidConfig, c.Concurrency)
 	case c.PollInterval < 0 || c.RecoverInterval < 0 || c.PublishTimeout < 0 || c.RetryDelay < 0 || c.ShutdownGrace < 0:

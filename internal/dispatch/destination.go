@@ -255,9 +255,10 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 }
 
 // replayBudget meters a replaying tenant (its cursor below replayUntil):
-// unless its replay is unthrottled, a grant then covers at most one batch,
-// and at most what the replay's rate allows, so a replay is spread evenly
-// instead of taking the machines in bursts. It returns replayUntil (0 when not replaying), the
+// unless its replay is unthrottled, a grant then covers one batch of at
+// most ReplayBatch events, and no more than the replay's rate allows, so a
+// replay is spread evenly in short steps instead of taking the machines in
+// bursts. It returns replayUntil (0 when not replaying), the
 // limiter to charge with what the grant dispatched (nil: not throttled),
 // and how long to wait before this tenant may be granted again (0: go
 // ahead with *n events).
@@ -272,7 +273,7 @@ func (x *destination) replayBudget(ts *tenantState, cursor uint64, n *int) (repl
 	if r < 0 {
 		return ts.replayUntil, nil, 0
 	}
-	burst := min(r, d.cfg.BatchSize)
+	burst := min(r, d.cfg.ReplayBatch)
 	if ts.replayLim == nil || ts.replayLim.Limit() != rate.Limit(r) {
 		ts.replayLim = rate.NewLimiter(rate.Limit(r), burst)
 	}

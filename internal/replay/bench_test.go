@@ -101,7 +101,8 @@ func BenchmarkReplayImpact(b *testing.B) {
 		b.Fatal(err)
 	}
 	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg},
-		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench", PollInterval: time.Second})
+		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench", PollInterval: time.Second,
+			ReplayBatch: benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_BATCH", dispatch.ReplayBatchDefault)})
 	if err != nil {
 		b.Fatal(err)
 	}

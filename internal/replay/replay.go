@@ -47,7 +47,7 @@ type Request struct {
 	FromSeq uint64
 	From    time.Time
 	// ToSeq, when not 0, ends the replay after this sequence: the cursor
-	// then jumps back to where it was (tenancy.RewindCursorRange), so
+	// then jumps back to where it was (tenancy.Rewind with Last), so
 	// only the batch that holds ToSeq may reach past it.
 	ToSeq uint64
 	// Rate is how many events per second the dispatcher replays for each

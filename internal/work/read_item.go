@@ -11,9 +11,9 @@ import (
 const readItemChunk = 1000
 
 // ReadItem returns it's events: those of it.Tenant with sequences in
-// it.FromSeq..it.ToSeq, in order, at most it.Count. Unlike ReadRange it
-// does not fail when the range holds fewer (the stream's limits removed
-// some); the caller compares the length with it.Count.
+// it.FromSeq..it.ToSeq, in order, at most it.Count. It does not fail when
+// the range holds fewer (the stream's limits removed some); the caller
+// compares the length with it.Count.
 //
 // A dense item — Count equals the width of the range, as when one tenant
 // published the whole range (a catalog import, a sync storm) — is read by

@@ -221,29 +221,6 @@ func trim(b Batch, upTo uint64) Batch {
 	return b
 }
 
-// ReadRange returns every event of it's tenant in it.FromSeq..it.ToSeq. It
-// fails if fewer than it.Count events are left in the range (the stream's
-// limits removed some): the caller decides whether that is a loss to report.
-func (r *Reader) ReadRange(ctx context.Context, it Item) ([]Stored, error) {
-	out := make([]Stored, 0, it.Count)
-	for from := it.FromSeq; from <= it.ToSeq && len(out) < it.Count; {
-		b, err := r.Next(ctx, it.Tenant, from, it.ToSeq, ReadOptions{Max: min(it.Count-len(out), 1000)})
-		if err != nil {
-			return out, err
-		}
-		if len(b.Msgs) == 0 {
-			break
-		}
-		out = append(out, b.Msgs...)
-		from = b.Msgs[len(b.Msgs)-1].Seq + 1
-	}
-	if len(out) < it.Count {
-		return out, fmt.Errorf("%w: tenant %s range %d..%d holds %d of %d events (aged out or deleted?)",
-			ErrStreamRead, it.Tenant, it.FromSeq, it.ToSeq, len(out), it.Count)
-	}
-	return out, nil
-}
-
 func max64(a, b uint64) uint64 {
 	if a > b {
 		return a

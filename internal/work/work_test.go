@@ -159,18 +159,6 @@ func TestReaderReadsOneTenantInOrder(t *testing.T) {
 	if _, err := rd.Next(ctx, "a.b", 1, 0, work.ReadOptions{}); !errors.Is(err, events.ErrInvalidTenant) {
 		t.Fatalf("invalid tenant: %v", err)
 	}
-	// ReadRange returns the whole range across batches, and fails when the
-	// range holds fewer events than the item says.
-	it := work.Item{Tenant: "acme", Dest: "postgres", FromSeq: acmeSeqs[0], ToSeq: acmeSeqs[len(acmeSeqs)-1], Count: len(acmeSeqs), LeaseID: "l"}
-	all, err := rd.ReadRange(ctx, it)
-	if err != nil || len(all) != len(acmeSeqs) {
-		t.Fatalf("ReadRange: %d msgs %v", len(all), err)
-	}
-	it.Count++
-	it.ToSeq += 100
-	if _, err := rd.ReadRange(ctx, it); !errors.Is(err, work.ErrStreamRead) {
-		t.Fatalf("short range: %v", err)
-	}
 	// The leader's view: the tenant's next event at or after a sequence,
 	// skipping other tenants' events; none past the last one.
 	if seq, ok, err := rd.NextSeqFromLeader(ctx, "acme", acmeSeqs[1]+1); err != nil || !ok || seq != acmeSeqs[2] {
