@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -262,8 +263,8 @@ func (s *Sink) prepare(ctx context.Context, batch []sink.Record) (*item, []error
 	}, errs
 }
 
-// insert writes the rows of items: one INSERT into product_events, then one
-// into products_latest.
+// insert writes the rows of items: one INSERT into product_events and one
+// into products_latest, concurrently.
 func (s *Sink) insert(ctx context.Context, items []*item) error {
 	s.inserts.Add(1)
 	rows, latest := 0, 0
@@ -280,12 +281,22 @@ func (s *Sink) insert(ctx context.Context, items []*item) error {
 			return fmt.Errorf("insert %d events%s: %w", rows, of, err)
 		}
 	}
+	// The two INSERTs go at once, on two connections: a round then takes
+	// about as long as the slower one rather than both (ClickHouse 18.16
+	// spends ~20 ms on each small INSERT here). Both tables are
+	// ReplacingMergeTree, so a round retried after one of them landed
+	// changes nothing.
 	appliedAt := s.now()
-	if err := s.insertEvents(ctx, items, appliedAt); err != nil {
-		return fmt.Errorf("insert %d events%s: %w", rows, of, err)
+	var errEvents error
+	var wg sync.WaitGroup
+	wg.Go(func() { errEvents = s.insertEvents(ctx, items, appliedAt) })
+	errLatest := s.insertLatest(ctx, items, appliedAt)
+	wg.Wait()
+	if errEvents != nil {
+		return fmt.Errorf("insert %d events%s: %w", rows, of, errEvents)
 	}
-	if err := s.insertLatest(ctx, items, appliedAt); err != nil {
-		return fmt.Errorf("insert %d latest rows%s: %w", latest, of, err)
+	if errLatest != nil {
+		return fmt.Errorf("insert %d latest rows%s: %w", latest, of, errLatest)
 	}
 	return nil
 }
