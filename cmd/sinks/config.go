@@ -29,6 +29,12 @@ type Config struct {
 	// --dest clickhouse. Defaults 127.0.0.1:9000 and "fairway".
 	ClickHouseAddr     string
 	ClickHouseDatabase string
+	// ClickHouseLinger and ClickHouseGroupRows shape the ClickHouse sink's
+	// group commit (clickhouse.Config.Linger, GroupRows). Defaults
+	// clickhouse.LingerDefault (5ms; 0 means no lingering) and
+	// clickhouse.GroupRowsDefault (50,000; negative turns group commit off).
+	ClickHouseLinger    time.Duration
+	ClickHouseGroupRows int
 	// SecretKey decrypts partner secrets (env FAIRWAY_SECRET_KEY), for
 	// --dest b2b:<partner>. AllowInsecureHTTP accepts http:// partner URLs.
 	SecretKey         []byte
@@ -59,6 +65,8 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL: slot leases, and the catalog for --dest postgres (env DATABASE_URL, required)")
 	fs.StringVar(&c.ClickHouseAddr, "clickhouse-addr", env("CLICKHOUSE_ADDR", clickhouse.AddrDefault), "ClickHouse native address host:port (env CLICKHOUSE_ADDR)")
 	fs.StringVar(&c.ClickHouseDatabase, "clickhouse-database", env("CLICKHOUSE_DATABASE", clickhouse.DatabaseDefault), "ClickHouse database (env CLICKHOUSE_DATABASE)")
+	fs.DurationVar(&c.ClickHouseLinger, "clickhouse-linger", clickhouse.LingerDefault, "ClickHouse group commit: how long an insert waits for the callers of the last one to queue again (0: never waits)")
+	fs.IntVar(&c.ClickHouseGroupRows, "clickhouse-group-rows", clickhouse.GroupRowsDefault, "ClickHouse group commit: most rows in one combined INSERT (negative: no group commit, one INSERT per work item)")
 	fs.BoolVar(&c.AllowInsecureHTTP, "allow-insecure-http", false, "b2b: accept http:// partner URLs (default: https only)")
 	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of the WORK and DLQ streams if this process creates them (3 in a cluster)")
 	fs.IntVar(&r.Concurrency, "concurrency", runner.ConcurrencyDefault, "work items applied at once by this process")
@@ -95,6 +103,9 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 			return c, err
 		}
 		c.SecretKey = key
+	}
+	if c.ClickHouseLinger == 0 {
+		c.ClickHouseLinger = -1 // an explicit 0 means no lingering
 	}
 	if r.Backoff.Randomization == 0 {
 		r.Backoff.Randomization = -1 // an explicit 0 means no jitter

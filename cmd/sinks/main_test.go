@@ -22,6 +22,7 @@ import (
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b"
 	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
+	"github.com/fairwayhq/fairway/sinks/clickhouse"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -29,15 +30,21 @@ func TestParseConfig(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": "postgres://x@h/db", "NATS_URL": "nats://n:4222", "CLICKHOUSE_ADDR": "c:9000"}
 	getenv := func(k string) string { return env[k] }
 	c, err := parseConfig([]string{"--dest", "clickhouse", "--concurrency", "8", "--ack-wait", "1m", "--max-deliver", "5",
-		"--backoff-initial", "1s", "--backoff-max", "1m", "--backoff-max-elapsed", "1h", "--backoff-jitter", "0"}, getenv)
+		"--backoff-initial", "1s", "--backoff-max", "1m", "--backoff-max-elapsed", "1h", "--backoff-jitter", "0",
+		"--clickhouse-linger", "0", "--clickhouse-group-rows", "-1"}, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := c.Runner
 	if c.Dest != "clickhouse" || r.Dest != "clickhouse" || c.NATSURL != "nats://n:4222" || c.ClickHouseAddr != "c:9000" ||
 		r.Concurrency != 8 || r.AckWait != time.Minute || r.MaxDeliver != 5 || r.Backoff.Initial != time.Second ||
-		r.Backoff.Max != time.Minute || r.Backoff.MaxElapsed != time.Hour || r.Backoff.Randomization >= 0 {
+		r.Backoff.Max != time.Minute || r.Backoff.MaxElapsed != time.Hour || r.Backoff.Randomization >= 0 ||
+		c.ClickHouseLinger >= 0 || c.ClickHouseGroupRows != -1 {
 		t.Fatalf("parsed %+v", c)
+	}
+	d, err := parseConfig([]string{"--dest", "clickhouse"}, getenv)
+	if err != nil || d.ClickHouseLinger != clickhouse.LingerDefault || d.ClickHouseGroupRows != clickhouse.GroupRowsDefault {
+		t.Fatalf("defaults: linger %s, group rows %d, %v", d.ClickHouseLinger, d.ClickHouseGroupRows, err)
 	}
 	for _, bad := range [][]string{
 		{},                             // no dest

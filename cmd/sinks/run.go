@@ -111,7 +111,8 @@ func openSink(ctx context.Context, cfg Config, pool *pgxpool.Pool) (sink.Sink, f
 		}
 		return s, s.Close, nil
 	case cfg.Dest == "clickhouse":
-		s, err := clickhouse.New(ctx, &clickhouse.Config{Addr: cfg.ClickHouseAddr, Database: cfg.ClickHouseDatabase})
+		s, err := clickhouse.New(ctx, &clickhouse.Config{Addr: cfg.ClickHouseAddr, Database: cfg.ClickHouseDatabase,
+			Linger: cfg.ClickHouseLinger, GroupRows: cfg.ClickHouseGroupRows})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,4 +87,60 @@ func BenchmarkBarePrepareBatch(b *testing.B) {
 		}
 	}
 	report(b)
+}
+
+// BenchmarkGroupCommit measures many concurrent one-event applies (8
+// goroutines, a dozen tenants, as the demo's small tenants make them): with
+// group commit as configured by default, without the linger, and off (every
+// Apply its own INSERTs); and with 32 goroutines, as a sink runner with
+// --concurrency 32 would call it. items/s is Apply calls per second,
+// inserts/s insert rounds (one INSERT per table) per second.
+func BenchmarkGroupCommit(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		workers int
+		cfg     clickhouse.Config
+	}{
+		{"on-8", 8, clickhouse.Config{}},
+		{"no-linger-8", 8, clickhouse.Config{Linger: -1}},
+		{"off-8", 8, clickhouse.Config{Linger: -1, GroupRows: -1}},
+		{"on-32", 32, clickhouse.Config{}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s, _ := setup(b, c.cfg)
+			at := time.Unix(1_700_000_000, 0)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range c.workers {
+				wg.Go(func() {
+					for {
+						n := next.Add(1)
+						if n > int64(b.N) {
+							return
+						}
+						rec := sink.Record{Seq: uint64(n), PublishedAt: at, Event: events.Event{
+							Tenant:     fmt.Sprintf("tenant-%02d", n%12),
+							ProductID:  fmt.Sprintf("p%07d", n),
+							Version:    1,
+							Op:         events.OpUpsert,
+							OccurredAt: at,
+							Payload:    benchPayload,
+						}}
+						if _, err := s.Apply(context.Background(), []sink.Record{rec}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			sec := b.Elapsed().Seconds()
+			inserts := float64(clickhouse.Inserts(s))
+			b.ReportMetric(float64(b.N)/sec, "items/s")
+			b.ReportMetric(inserts/sec, "inserts/s")
+			b.ReportMetric(float64(b.N)/inserts, "items/insert")
+		})
+	}
 }

@@ -20,6 +20,36 @@
 // table. Any error from ClickHouse is a batch error; IsTransient classifies
 // it.
 //
+// # Group commit
+//
+// Every INSERT makes a part that ClickHouse must merge, and many tiny ones
+// (one-event work items from small tenants, several applied at once) slow
+// it down. So concurrent Apply calls share their INSERTs: one goroutine
+// inserts for the sink, in rounds. While a round runs, arriving Apply calls
+// (validated first, each on its own) queue their rows; the next round takes
+// the queued calls, oldest first, as many as fit in Config.GroupRows rows (a
+// call that does not fit is first in the next round; one bigger than
+// GroupRows goes alone), inserts them with one PrepareBatch per table and
+// wakes every caller with the result. After a round of n calls, the next
+// waits up to Config.Linger for n calls to be queued, so that the callers
+// just woken can come back and join; otherwise a call that finds no round
+// running starts one at once. So a lone caller, or one after a pause longer
+// than the linger, never waits.
+//
+// A failed round is not blindly everyone's failure. A transient error
+// (IsTransient: network, too many parts, …) or a round of one is returned
+// as it is, and the runtime retries with backoff. Otherwise each member
+// inserts its own rows alone once more and returns that result, so rows
+// ClickHouse rejects fail only their own work item.
+//
+// Context: a call whose ctx ends while it is queued leaves the queue and
+// returns ctx.Err(); its rows are never inserted. A call whose rows are
+// already in a running round waits for that round's result (it cannot take
+// its rows back out of an INSERT in flight); the round is cancelled only
+// when the ctx of every one of its members has ended, or on Close.
+// Config.GroupRows < 0 turns group commit off: every Apply inserts its own
+// rows at once, concurrently with the others.
+//
 // The SQL is kept to what ClickHouse 18.16 (Debian's package) and current
 // releases both accept: no DateTime64 (DateTime plus a nanosecond Int64), no
 // LowCardinality, and inserts through PrepareBatch with named columns (an

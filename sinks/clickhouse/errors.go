@@ -53,3 +53,7 @@ func IsTransient(err error) bool {
 	}
 	return false
 }
+
+// ErrClosed is returned by Apply on a closed Sink, and to Apply calls still
+// queued for a combined insert when the Sink is closed.
+var ErrClosed = errors.New("clickhouse sink: closed")

@@ -218,6 +218,7 @@ func TestConfigValidate(t *testing.T) {
 	for name, cfg := range map[string]clickhouse.Config{
 		"bad database": {Database: "x; DROP"},
 		"tiny payload": {MaxPayloadBytes: 1},
+		"long linger":  {Linger: 2 * clickhouse.LingerMax},
 	} {
 		if _, err := clickhouse.New(t.Context(), &cfg); !errors.Is(err, clickhouse.ErrConfig) {
 			t.Errorf("%s: New = %v, want ErrConfig", name, err)
