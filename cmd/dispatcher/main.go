@@ -11,11 +11,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -72,6 +75,20 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&c.LogLevel, "log-level", env("FAIRWAY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.IntVar(&c.TenantMetrics.TopK, "tenant-metrics-top", status.TopKDefault, "per destination, tenants with the most backlog that get their own metric series (the rest: tenant=\"other\"); 0 turns backlog metrics off")
 	fs.DurationVar(&c.TenantMetrics.Interval, "tenant-metrics-interval", status.IntervalDefault, "how often backlog metrics are sampled (one direct get per tenant and destination)")
+	fs.Func("dampen", "dampen greedy tenants of a destination, dest:events/window[/factor] (e.g. postgres:100000/1m/4: a tenant dispatched more than 100,000 events in the last minute gets a quarter of its weight; factor default 2); repeat per destination", func(v string) error {
+		dest, rule, err := parseDampening(v)
+		if err != nil {
+			return err
+		}
+		if c.Dispatch.Dampening == nil {
+			c.Dispatch.Dampening = map[string]*scheduler.Dampening{}
+		}
+		if c.Dispatch.Dampening[dest] != nil {
+			return fmt.Errorf("%s: given twice", dest)
+		}
+		c.Dispatch.Dampening[dest] = rule
+		return nil
+	})
 	fs.DurationVar(&c.Dispatch.ShutdownGrace, "shutdown-grace", dispatch.ShutdownGraceDefault, "time in-flight batches get to be published on shutdown")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -88,4 +105,39 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// parseDampening reads a --dampen value, dest:events/window[/factor].
+func parseDampening(v string) (string, *scheduler.Dampening, error) {
+	bad := func(why string) (string, *scheduler.Dampening, error) {
+		return "", nil, fmt.Errorf("%q: %s; want dest:events/window[/factor], e.g. postgres:100000/1m/4", v, why)
+	}
+	i := strings.LastIndex(v, ":")
+	if i < 0 {
+		return bad("no destination")
+	}
+	dest, parts := v[:i], strings.Split(v[i+1:], "/")
+	if err := tenancy.ValidDest(dest); err != nil {
+		return bad(err.Error())
+	}
+	if len(parts) < 2 || len(parts) > 3 {
+		return bad("want events/window or events/window/factor")
+	}
+	n, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || n < 1 {
+		return bad("events must be a positive number")
+	}
+	w, err := time.ParseDuration(parts[1])
+	if err != nil || w < scheduler.DampeningWindowMin {
+		return bad(fmt.Sprintf("window must be a duration of at least %v", scheduler.DampeningWindowMin))
+	}
+	rule := &scheduler.Dampening{Threshold: n, Window: w}
+	if len(parts) == 3 {
+		f, err := strconv.ParseFloat(parts[2], 64)
+		if err != nil || f < 1 {
+			return bad("factor must be a number of at least 1")
+		}
+		rule.Factor = f
+	}
+	return dest, rule, nil
 }

@@ -34,6 +34,26 @@ func TestParseConfig(t *testing.T) {
 	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil {
 		t.Fatal("missing DATABASE_URL accepted")
 	}
+	get := func(k string) string { return env[k] }
+	c, err = parseConfig([]string{"--dampen", "postgres:100000/1m/4", "--dampen", "b2b:acme:500/30s"}, get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Dispatch.Dampening["postgres"]; d == nil || d.Threshold != 100000 || d.Window != time.Minute || d.Factor != 4 {
+		t.Fatalf("postgres dampening %+v", d)
+	}
+	if d := c.Dispatch.Dampening["b2b:acme"]; d == nil || d.Threshold != 500 || d.Window != 30*time.Second || d.Factor != 0 {
+		t.Fatalf("b2b:acme dampening %+v", d)
+	}
+	for _, bad := range []string{"postgres", "postgres:10", "postgres:x/1m", "postgres:0/1m", "postgres:10/1ms", "postgres:10/1m/0.5",
+		"post gres:10/1m", "postgres:10/1m/2/3"} {
+		if _, err := parseConfig([]string{"--dampen", bad}, get); err == nil {
+			t.Errorf("--dampen %q accepted", bad)
+		}
+	}
+	if _, err := parseConfig([]string{"--dampen", "postgres:10/1m", "--dampen", "postgres:20/1m"}, get); err == nil {
+		t.Error("--dampen twice for one destination accepted")
+	}
 }
 
 // run against real servers: an event of a tenant with a partner becomes a
