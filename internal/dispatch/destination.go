@@ -50,6 +50,10 @@ type tenantState struct {
 	replayUntil uint64
 	replayRate  int
 	replayLim   *rate.Limiter
+	// Every sequence from the cursor up to denseUntil (exclusive) is the
+	// tenant's (a replayed import, say): batches are cut from it by
+	// arithmetic, without reading PRODUCTS. 0: not known.
+	denseUntil uint64
 }
 
 func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
@@ -163,6 +167,10 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	}
 	ranges, counts, lists, first, pending, ok := x.fromIndex(ts, from, n)
 	source := "index"
+	if !ok {
+		ranges, counts, pending, ok = x.dense(ts, from, n)
+		lists, source = make([][]uint64, len(ranges)), "dense"
+	}
 	if !ok {
 		source = "read"
 		b, err := d.rd.Next(ctx, k.Tenant, from, 0, work.ReadOptions{Max: n, NoData: true})
@@ -344,6 +352,36 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	return ranges, counts, lists, first, rest, len(ranges) > 0
 }
 
+// dense cuts up to n events from cursor into batches by arithmetic when
+// the range from the cursor is known to hold only the tenant's events
+// (tenantState.denseUntil): a filtered read of PRODUCTS costs the server a
+// count of the tenant's pending events, several milliseconds per request
+// when a million of them follow (measured: 4.8 ms for 100 events at the
+// start of a 1M-event backlog, 0.2 ms at its end), and it would tell
+// nothing new. Events removed from the stream since (MaxAge) reach the
+// sink as a short range, which it dead-letters as lost. rest is an upper
+// bound of what is left.
+func (x *destination) dense(ts *tenantState, cursor uint64, n int) (ranges []tenancy.Range, counts []int, rest uint64, ok bool) {
+	x.mu.Lock()
+	until, last := ts.denseUntil, ts.lastSeq
+	x.mu.Unlock()
+	if cursor >= until || n < 1 {
+		return nil, nil, 0, false
+	}
+	end := min(until, cursor+uint64(n)) // exclusive
+	size := uint64(x.d.cfg.BatchSize)
+	for from := cursor; from < end; from += size {
+		to := min(from+size, end) - 1
+		ranges = append(ranges, tenancy.Range{From: from, To: to})
+		counts = append(counts, int(to-from+1))
+	}
+	rest = until - end
+	if last >= until {
+		rest += last - until + 1
+	}
+	return ranges, counts, rest, true
+}
+
 // blockUnlessReleased marks k blocked at its slot limit, unless one of its
 // slots was released since the grant began (gen moved on): that release's
 // wake-up has already come and gone. x.mu must be held.
@@ -478,11 +516,21 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill boo
 // PostgreSQL and its backlog as the server counted it (lastSeq: a sequence
 // of the tenant the server saw). A tenant with a grant outstanding keeps
 // what its grant will report; seed then reports false.
-func (x *destination) seed(p tenancy.PairState, backlog uint64, lastSeq uint64) bool {
+//
+// dense, when not 0, says every sequence from p.NextSeq up to dense
+// (exclusive) is the tenant's; 0 keeps what was known while the cursor is
+// still inside it.
+func (x *destination) seed(p tenancy.PairState, backlog, lastSeq, dense uint64) bool {
 	x.mu.Lock()
 	ts := x.state(p.Tenant)
 	ts.weight = max(p.Weight, 1)
 	ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
+	switch {
+	case dense > p.NextSeq:
+		ts.denseUntil = dense
+	case p.NextSeq >= ts.denseUntil || !p.Replaying():
+		ts.denseUntil = 0
+	}
 	if lastSeq > ts.lastSeq {
 		ts.lastSeq = lastSeq
 	}

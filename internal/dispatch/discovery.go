@@ -90,7 +90,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 				}
 				mu.Unlock()
 			}
-			p.x.seed(ps, backlog, first)
+			p.x.seed(ps, backlog, first, 0)
 		})
 	}
 	wg.Wait()
@@ -131,8 +131,11 @@ func (d *Dispatcher) reloadPair(ctx context.Context, tenant, dest string) {
 	for ctx.Err() == nil {
 		ps, err := d.st.PairState(ctx, tenant, dest)
 		if err == nil {
-			var backlog, first uint64
-			if backlog, first, err = d.probe(ctx, tenant, ps.NextSeq); err == nil && x.seed(ps, backlog, first) {
+			var backlog, first, dense uint64
+			if backlog, first, err = d.probe(ctx, tenant, ps.NextSeq); err == nil {
+				dense, err = d.denseReplay(ctx, ps, backlog, first)
+			}
+			if err == nil && x.seed(ps, backlog, first, dense) {
 				return
 			}
 		}
@@ -150,6 +153,24 @@ func (d *Dispatcher) reloadPair(ctx context.Context, tenant, dest string) {
 		case <-t.C:
 		}
 	}
+}
+
+// denseReplay returns ps.ReplayUntil when every sequence of the replayed
+// range [ps.NextSeq, ps.ReplayUntil) is the tenant's (one more probe: the
+// tenant's events from the range's end on), else 0. backlog and first are
+// the probe at the cursor.
+func (d *Dispatcher) denseReplay(ctx context.Context, ps tenancy.PairState, backlog, first uint64) (uint64, error) {
+	if !ps.Replaying() || first != ps.NextSeq {
+		return 0, nil
+	}
+	after, _, err := d.probe(ctx, ps.Tenant, ps.ReplayUntil)
+	if err != nil {
+		return 0, err
+	}
+	if backlog >= after && backlog-after == ps.ReplayUntil-ps.NextSeq {
+		return ps.ReplayUntil, nil
+	}
+	return 0, nil
 }
 
 // backfillFrom is where the backfill starts: the oldest cursor with

@@ -13,7 +13,7 @@ func (d *Dispatcher) SetAfterCommit(f func([]tenancy.Lease))      { d.hooks.afte
 func (d *Dispatcher) SetOnBell(f func(tenant string, seq uint64)) { d.hooks.onBell = f }
 
 // Grants returns how many grants of dest took their sequences from source
-// ("index" or "read").
+// ("index", "dense" or "read").
 func (d *Dispatcher) Grants(dest, source string) float64 {
 	return testutil.ToFloat64(d.m.grants.WithLabelValues(dest, source))
 }

@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		items: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "items_total", Help: "Work items handed to stream WORK, by destination."}, []string{"dest"}),
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "grants_total", Help: "Grants with events, by destination and where their sequence numbers came from: index (what the doorbell or backfill delivered) or read (a direct get of PRODUCTS)."}, []string{"dest", "source"}),
+			Name: "grants_total", Help: "Grants with events, by destination and where their sequence numbers came from: index (what the doorbell or backfill delivered), dense (a replayed range known to hold only the tenant's events, cut without reading) or read (a direct get of PRODUCTS)."}, []string{"dest", "source"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "events_total", Help: "Events covered by dispatched work items, by destination."}, []string{"dest"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,

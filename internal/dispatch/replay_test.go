@@ -26,7 +26,12 @@ func TestReplayIsThrottledAndPickedUpAtOnce(t *testing.T) {
 	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, ReplayRate: 1}, nil)
 	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
 	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
+	// live's first event comes from the startup read; the later ones from
+	// the doorbell's index, so every read below would be the replay's.
+	liveSeqs := e.publish("live", 1)
+	e.waitFor("live's first event", func() bool { return s.events("live") == 1 })
 	before := len(s.snapshot())
+	reads := d.Grants(pg, "read")
 
 	start := time.Now()
 	prev, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: seqs[0], Rate: rate})
@@ -37,7 +42,7 @@ func TestReplayIsThrottledAndPickedUpAtOnce(t *testing.T) {
 		t.Fatalf("rewind from %d, want %d", prev, seqs[n-1]+1)
 	}
 	e.waitFor("the replay under way", func() bool { return s.events("big") > n })
-	liveSeqs := e.publish("live", 5)
+	liveSeqs = append(liveSeqs, e.publish("live", 5)...)
 	e.waitFor("live's events", func() bool { return s.events("live") == len(liveSeqs) })
 	liveDone := s.events("big")
 	e.waitFor("big's events dispatched twice", func() bool { return s.events("big") >= 2*n })
@@ -51,6 +56,14 @@ func TestReplayIsThrottledAndPickedUpAtOnce(t *testing.T) {
 	}
 	if got := d.Throttled(pg); got == 0 {
 		t.Errorf("no grant was held back by the replay's rate")
+	}
+	// big's events are consecutive in the stream: the replay is cut by
+	// arithmetic, never read.
+	if got := d.Grants(pg, "read") - reads; got != 0 {
+		t.Errorf("%v grants of a dense replay read PRODUCTS", got)
+	}
+	if d.Grants(pg, "dense") == 0 {
+		t.Errorf("no grant of the dense replay was cut by arithmetic")
 	}
 	var replayed []uint64
 	for _, it := range s.snapshot()[before:] {
@@ -75,16 +88,24 @@ func TestReplayIsThrottledAndPickedUpAtOnce(t *testing.T) {
 	t.Logf("replayed %d events in %v (%d items), %v throttled grants", n, took.Round(time.Millisecond), len(replayed), d.Throttled(pg))
 }
 
-// An unthrottled replay takes whole grants of several batches.
+// An unthrottled replay of a range shared with another tenant is read
+// from PRODUCTS (not cut by arithmetic) and dispatched exactly once more,
+// without being held back.
 func TestReplayUnthrottled(t *testing.T) {
 	t.Parallel()
 	const n, batch = 2000, 100
 	e := setup(t, time.Minute)
 	e.tenant("big", 1, 8, pg)
-	seqs := e.publish("big", n)
+	e.tenant("other", 1, 8, pg)
+	var seqs []uint64
+	for range n / 100 {
+		seqs = append(seqs, e.publish("big", 100)...)
+		e.publish("other", 1)
+	}
 	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, ReplayRate: 1}, nil)
 	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
 	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
+	e.waitFor("other's events dispatched", func() bool { return s.events("other") == n/100 })
 	before := len(s.snapshot())
 	if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: seqs[0], Rate: tenancy.ReplayUnthrottled}); err != nil {
 		t.Fatal(err)
@@ -92,6 +113,9 @@ func TestReplayUnthrottled(t *testing.T) {
 	e.waitFor("big's events dispatched twice", func() bool { return s.events("big") >= 2*n })
 	if got := d.Throttled(pg); got != 0 {
 		t.Errorf("%v grants of an unthrottled replay held back", got)
+	}
+	if got := d.Grants(pg, "dense"); got != 0 {
+		t.Errorf("%v grants of a range shared with another tenant cut by arithmetic", got)
 	}
 	checkExactlyOnce(t, filterTenant(s.snapshot()[before:], "big"), map[string][]uint64{"big": seqs}, false)
 }
