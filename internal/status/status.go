@@ -28,6 +28,7 @@ const (
 	ReasonCircuitOpen = "partner circuit open" // a held batch waits for the destination's circuit breaker
 	ReasonRetrying    = "retrying"             // a held batch failed and is being retried with backoff
 	ReasonLimitZero   = "limit 0"              // max_slots is 0: dispatch is switched off
+	ReasonReplaying   = "replaying"            // a replay is dispatched again, paced by its rate
 )
 
 // Row is the status of one (tenant, destination).
@@ -40,7 +41,9 @@ type Row struct {
 	Paused       bool
 	DeadLetters  uint64
 	NextSeq      uint64
-	Reason       string
+	// Replaying: the cursor is inside a replayed range.
+	Replaying bool
+	Reason    string
 	// WaitDetail is what the sink said about a batch that is retrying or
 	// waiting for an open circuit (the last error), else "".
 	WaitDetail string `json:",omitempty"`
@@ -79,7 +82,7 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 	rows := make([]Row, 0, len(pairs))
 	for _, p := range pairs {
 		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
-			Paused: p.Paused, NextSeq: p.NextSeq, DeadLetters: dead[p.Dest+" "+p.Tenant]}
+			Paused: p.Paused, NextSeq: p.NextSeq, Replaying: p.NextSeq < p.ReplayUntil, DeadLetters: dead[p.Dest+" "+p.Tenant]}
 		switch p.Wait {
 		case tenancy.WaitCircuitOpen:
 			r.Reason, r.WaitDetail = ReasonCircuitOpen, p.WaitDetail
@@ -114,6 +117,8 @@ func reason(r Row) string {
 		return ReasonLimitZero
 	case r.InUse >= r.Limit:
 		return ReasonAtLimit
+	case r.Replaying:
+		return ReasonReplaying
 	default:
 		return ReasonDispatching
 	}

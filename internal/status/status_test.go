@@ -31,7 +31,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	}
 	pub, _ := events.NewPublisher(js)
 	var evs []events.Event
-	for i, tenant := range []string{"acme", "acme", "acme", "busy", "sleepy", "open"} {
+	for i, tenant := range []string{"acme", "acme", "acme", "busy", "sleepy", "open", "again", "again"} {
 		evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprint(i), Version: 1, Op: events.OpUpsert,
 			OccurredAt: time.Now(), Payload: []byte(`{}`)})
 	}
@@ -51,6 +51,20 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// again: both events dispatched, then a replay rewinds to the first.
+	again, err := st.Cursor(ctx, "again", "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Dispatch(ctx, "again", "postgres", "d1", again, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, "again", "postgres", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Rewind(ctx, tenancy.Rewind{Tenant: "again", Dest: "postgres", From: 7}); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.SetLimit(ctx, "busy", "postgres", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +74,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	if _, err := st.Acquire(ctx, "done", "clickhouse", "s1"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.>"}})
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +104,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		"open/postgres":   {1, status.ReasonDispatching, 0},
 		"quiet/postgres":  {0, status.ReasonIdle, 0},
 		"done/clickhouse": {0, status.ReasonApplying, 0},
+		"again/postgres":  {2, status.ReasonReplaying, 0},
 	}
 	for k, w := range want {
 		r, ok := got[k]

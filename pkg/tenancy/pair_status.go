@@ -21,6 +21,9 @@ type PairStatus struct {
 	InUse  int
 	// NextSeq is the next PRODUCTS sequence to dispatch (1 before any).
 	NextSeq uint64
+	// ReplayUntil, when above NextSeq, says the pair is replaying up to
+	// this sequence (Rewind), so dispatchers pace it (PairState).
+	ReplayUntil uint64
 	// Wait is what a live lease's holder recorded with SetLeaseWait
 	// (WaitCircuitOpen before WaitRetrying, then the newest), "" when no
 	// held batch is waiting; WaitDetail is its detail, WaitSince when that
@@ -42,7 +45,7 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	rows, err := s.pool.Query(ctx, `
 		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused OR l.paused,
 		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()),
-		       COALESCE(c.next_seq, 1), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since
+		       COALESCE(c.next_seq, 1), COALESCE(c.replay_until, 0), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since
 		FROM fairway.limits l
 		JOIN fairway.tenants t ON t.id = l.tenant
 		LEFT JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
@@ -58,10 +61,10 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairStatus, error) {
 		var p PairStatus
-		var next int64
+		var next, until int64
 		var since *time.Time
-		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next, &p.Wait, &p.WaitDetail, &since)
-		p.NextSeq = uint64(next)
+		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next, &until, &p.Wait, &p.WaitDetail, &since)
+		p.NextSeq, p.ReplayUntil = uint64(next), uint64(until)
 		if since != nil {
 			p.WaitSince = *since
 		}
