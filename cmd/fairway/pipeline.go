@@ -57,8 +57,9 @@ type pipelineConfig struct {
 	// owns; both are dropped and created at start, so runs never see each
 	// other's state. Required.
 	Database string
-	// Name names the NATS connection ("fairway-<name>"), the ingest node
-	// and the JetStream store directory. Required.
+	// Name names the NATS connections ("fairway-<name>",
+	// "fairway-<name>-dispatcher", …), the ingest node and the JetStream
+	// store directory. Required.
 	Name string
 	// Tenants are created at start, each with a token and the partner.
 	Tenants []string
@@ -72,7 +73,10 @@ type pipelineConfig struct {
 // databases, an in-process partner webhook receiver, the ingest service
 // (import workers started; its handler is served by the caller through
 // Serve), the dispatcher, and one sink runner per destination (postgres,
-// clickhouse, b2b:partner) whose sinks report to Tracker.
+// clickhouse, b2b:partner) whose sinks report to Tracker. The ingest
+// service, the dispatcher and each runner have a NATS connection and a
+// PostgreSQL pool of their own, as the separate processes of a deployment
+// do (proc); NC, JS and Store are the operator's (setup, dashboard).
 //
 // startPipeline starts it; Close stops it in two phases (HTTP and ingest
 // first, then the dispatcher and runners, then the connections and
@@ -201,19 +205,32 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (_ *pipeline, err er
 		}
 	}
 
-	// The dispatcher and one sink runner per destination.
-	d, err := dispatch.New(dispatch.Deps{Store: p.Store, NATS: p.NC, Registry: p.Registry, Logger: log, Partners: partners},
+	// The dispatcher and one sink runner per destination, each with the
+	// connections of a process of its own.
+	dp, err := p.process(ctx, cfg.Name+"-dispatcher", log)
+	if err != nil {
+		return nil, err
+	}
+	dpartners, err := b2b.NewRegistry(dp.pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
+	if err != nil {
+		return nil, err
+	}
+	d, err := dispatch.New(dispatch.Deps{Store: dp.store, NATS: dp.nc, Registry: p.Registry, Logger: log, Partners: dpartners},
 		&dispatch.Config{Dests: p.Dests[:2]})
 	if err != nil {
 		return nil, err
 	}
 	p.Go(d.Run)
 	for _, dest := range p.Dests {
-		s, err := p.openSink(ctx, dest, pool, partners, log)
+		sp, err := p.process(ctx, cfg.Name+"-sink-"+strings.ReplaceAll(dest, ":", "-"), log)
 		if err != nil {
 			return nil, err
 		}
-		r, err := runner.New(ctx, runner.Deps{JetStream: p.JS, Sink: p.Tracker.Wrap(s), Leases: p.Store, Registry: p.Registry},
+		s, err := p.openSink(ctx, dest, sp, log)
+		if err != nil {
+			return nil, err
+		}
+		r, err := runner.New(ctx, runner.Deps{JetStream: sp.js, Sink: p.Tracker.Wrap(s), Leases: sp.store, Registry: p.Registry},
 			&runner.Config{Logger: log, FetchWait: time.Second})
 		if err != nil {
 			return nil, err
@@ -222,12 +239,16 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (_ *pipeline, err er
 	}
 
 	// Ingest.
-	pub, err := events.NewPublisher(p.JS, events.WithValidatedEvents())
+	ip, err := p.process(ctx, cfg.Name+"-ingest", log)
 	if err != nil {
 		return nil, err
 	}
-	p.Ingest, err = ingest.New(ingest.Deps{Publisher: pub, Tenants: p.Store, Pool: pool, Registry: p.Registry, Gatherer: p.Registry,
-		Ready: ingest.DefaultChecks(p.JS, pool, events.StreamName)}, &ingest.Config{Logger: log, Node: cfg.Name})
+	pub, err := events.NewPublisher(ip.js, events.WithValidatedEvents())
+	if err != nil {
+		return nil, err
+	}
+	p.Ingest, err = ingest.New(ingest.Deps{Publisher: pub, Tenants: ip.store, Pool: ip.pool, Registry: p.Registry, Gatherer: p.Registry,
+		Ready: ingest.DefaultChecks(ip.js, ip.pool, events.StreamName)}, &ingest.Config{Logger: log, Node: cfg.Name})
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +256,40 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (_ *pipeline, err er
 		return nil, err
 	}
 	return p, nil
+}
+
+// proc is what a fairway process has of its own: a NATS connection and a
+// PostgreSQL pool with a tenancy store on it. In production the ingest
+// service, the dispatcher and every sink are processes; the pipeline gives
+// each its own, so that none queues behind another's connection.
+type proc struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	pool  *pgxpool.Pool
+	store *tenancy.Store
+}
+
+// process opens a proc's connections (as name), closed at Close.
+func (p *pipeline) process(ctx context.Context, name string, log *slog.Logger) (*proc, error) {
+	nc, err := nats.Connect(p.NATSServer.ClientURL(), nats.Name("fairway-"+name))
+	if err != nil {
+		return nil, err
+	}
+	p.onClose(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := bootstrap.OpenPostgres(ctx, p.DSN)
+	if err != nil {
+		return nil, err
+	}
+	p.onClose(pool.Close)
+	store, err := tenancy.New(pool, &tenancy.Config{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &proc{nc: nc, js: js, pool: pool, store: store}, nil
 }
 
 // onClose registers f to run at Close, after the pipeline's goroutines
@@ -318,11 +373,12 @@ func (p *pipeline) Close(ctx context.Context) error {
 	return nil
 }
 
-// openSink opens dest's sink and registers its closing.
-func (p *pipeline) openSink(ctx context.Context, dest string, pool *pgxpool.Pool, partners *b2b.Registry, log *slog.Logger) (sink.Sink, error) {
+// openSink opens dest's sink on pr's pool, as cmd/sinks does, and
+// registers its closing.
+func (p *pipeline) openSink(ctx context.Context, dest string, pr *proc, log *slog.Logger) (sink.Sink, error) {
 	switch dest {
 	case tenancy.DestPostgres:
-		s, err := postgres.New(ctx, &postgres.Config{Pool: pool})
+		s, err := postgres.New(ctx, &postgres.Config{Pool: pr.pool})
 		if err != nil {
 			return nil, err
 		}
@@ -336,7 +392,11 @@ func (p *pipeline) openSink(ctx context.Context, dest string, pool *pgxpool.Pool
 		p.onClose(func() { _ = s.Close() })
 		return s, nil
 	}
-	s, err := b2b.New(&b2b.Config{Registry: partners, Partner: strings.TrimPrefix(dest, tenancy.DestB2BPrefix), Logger: log})
+	reg, err := b2b.NewRegistry(pr.pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
+	if err != nil {
+		return nil, err
+	}
+	s, err := b2b.New(&b2b.Config{Registry: reg, Partner: strings.TrimPrefix(dest, tenancy.DestB2BPrefix), Logger: log})
 	if err != nil {
 		return nil, err
 	}
