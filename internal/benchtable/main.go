@@ -40,7 +40,10 @@ func run(in io.Reader, out io.Writer) error {
 		return fmt.Errorf("no benchmark results in input")
 	}
 	host, _ := os.Hostname()
-	fmt.Fprintf(out, "Measured %s on %s (%d cores, %s)", time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), cpu)
+	if cpu != "" {
+		cpu = ", " + cpu
+	}
+	fmt.Fprintf(out, "Measured %s on %s (%d cores%s)", time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), cpu)
 	fmt.Fprintf(out, " with `make bench`.\n\n| package | benchmark | result |\n| --- | --- | --- |\n")
 	for _, r := range rows {
 		fmt.Fprintf(out, "| %s | %s | %s |\n", r.pkg, r.name, strings.Join(r.metrics, ", "))
@@ -51,8 +54,8 @@ func run(in io.Reader, out io.Writer) error {
 func parse(in io.Reader) ([]row, string, error) {
 	var rows []row
 	var pkg, cpu string
-	failed := -1         // index of the failed benchmark's row still waiting for its message
-	var failedPkg string // the last package with a failed benchmark's row
+	failed := -1 // index of the failed benchmark's row still waiting for its message
+	pkgRows := 0 // rows[pkgRows:] are the current package's
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -76,17 +79,28 @@ func parse(in io.Reader) ([]row, string, error) {
 			_, after, _ := strings.Cut(line, "--- FAIL: ")
 			name := strings.Fields(after)[0]
 			rows = append(rows, row{pkg: pkg, name: strings.TrimPrefix(dropProcs(name), "Benchmark"), metrics: []string{"**FAILED**"}})
-			failed, failedPkg = len(rows)-1, pkg
-		case strings.HasPrefix(line, "FAIL\t"):
-			// A package that failed; say so unless one of its benchmarks'
-			// rows does already.
+			failed = len(rows) - 1
+		case strings.HasPrefix(line, "FAIL\t"), strings.HasPrefix(line, "ok  \t"):
+			// A package's end. go test prints no "pkg:" line before a
+			// benchmark that failed at its first run, so its rows get the
+			// name here. A package that failed outside any benchmark (a
+			// panic, a build error) gets a row of its own.
 			f := strings.Fields(line)
 			if len(f) < 2 {
 				continue
 			}
-			if name := strings.TrimPrefix(f[1], "github.com/fairwayhq/fairway/"); name != failedPkg {
+			name := strings.TrimPrefix(f[1], "github.com/fairwayhq/fairway/")
+			failedRow := false
+			for i := pkgRows; i < len(rows); i++ {
+				if rows[i].pkg == "" {
+					rows[i].pkg = name
+				}
+				failedRow = failedRow || strings.HasPrefix(rows[i].metrics[0], "**FAILED**")
+			}
+			if f[0] == "FAIL" && !failedRow {
 				rows = append(rows, row{pkg: name, name: "(package)", metrics: []string{"**FAILED** (see the raw output)"}})
 			}
+			pkgRows, pkg = len(rows), ""
 		case strings.HasPrefix(line, "Benchmark"):
 			f := strings.Fields(line)
 			if len(f) < 4 {

@@ -39,23 +39,28 @@ func TestRunFailsOnEmptyInput(t *testing.T) {
 
 func TestParseReportsFailures(t *testing.T) {
 	t.Parallel()
-	in := `pkg: github.com/fairwayhq/fairway/cmd/fairway
-cpu: Some CPU
-BenchmarkEndToEnd-2   	--- FAIL: BenchmarkEndToEnd
+	in := `--- FAIL: BenchmarkEndToEnd
     e2e_bench_test.go:51: start the pipeline: ClickHouse at 127.0.0.1:9000: connection refused | more
         (start both with ` + "`make services`" + `)
     e2e_test.go:79: pipeline logs: /tmp/x.log
 FAIL
 exit status 1
 FAIL	github.com/fairwayhq/fairway/cmd/fairway	0.199s
+pkg: github.com/fairwayhq/fairway/internal/dispatch
+BenchmarkNoisy-2   	       1	 1000 ns/op	 5 p99_ms
+BenchmarkLater-2   	       2	 1000 ns/op	--- FAIL: BenchmarkLater-2
+    noisy_test.go:10: timeout
+FAIL
+FAIL	github.com/fairwayhq/fairway/internal/dispatch	9.1s
 pkg: github.com/fairwayhq/fairway/internal/ingest
 BenchmarkIngest/http-2   	     100	  2700000 ns/op	    130202 events/s
     --- FAIL: BenchmarkIngest/http-2
         bench_test.go:70: status 503
+FAIL
+FAIL	github.com/fairwayhq/fairway/internal/ingest	12.5s
 pkg: github.com/fairwayhq/fairway/pkg/events
 panic: boom
 FAIL	github.com/fairwayhq/fairway/pkg/events	0.5s
-FAIL	github.com/fairwayhq/fairway/internal/ingest	12.5s
 FAIL	github.com/fairwayhq/fairway/sinks/b2b [build failed]
 `
 	rows, _, err := parse(strings.NewReader(in))
@@ -64,6 +69,8 @@ FAIL	github.com/fairwayhq/fairway/sinks/b2b [build failed]
 	}
 	want := []row{
 		{"cmd/fairway", "EndToEnd", []string{"**FAILED**: start the pipeline: ClickHouse at 127.0.0.1:9000: connection refused / more"}},
+		{"internal/dispatch", "Noisy", []string{"5 p99_ms"}},
+		{"internal/dispatch", "Later", []string{"**FAILED**: timeout"}},
 		{"internal/ingest", "Ingest/http", []string{"130,202 events/s"}},
 		{"internal/ingest", "Ingest/http", []string{"**FAILED**: status 503"}},
 		{"pkg/events", "(package)", []string{"**FAILED** (see the raw output)"}},
