@@ -9,6 +9,7 @@ ENVFILE   := .dev/services.env
 # Load the addresses scripts/dev-services.sh wrote (DATABASE_URL, CLICKHOUSE_ADDR).
 WITH_ENV  := set -a; . ./$(ENVFILE); set +a;
 BENCHTIME ?= 2s
+BENCH     ?= .
 
 .PHONY: help
 help: ## Show this help
@@ -41,11 +42,11 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 1m)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME),1m)
 
 .PHONY: bench
-bench: services ## Run the benchmarks against the real servers and write .bench/results.md
+bench: services ## Run the benchmarks (BENCH, default all) against the real servers and write .bench/results.md; fails if one fails
 	@mkdir -p .bench
-	@$(WITH_ENV) $(GO) test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m $(PKGS) | tee .bench/raw.txt
-	@$(GO) run ./internal/benchtable < .bench/raw.txt > .bench/results.md
-	@cat .bench/results.md
+	@set -o pipefail; $(WITH_ENV) $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m $(PKGS) | tee .bench/raw.txt; status=$$?; \
+	$(GO) run ./internal/benchtable < .bench/raw.txt > .bench/results.md || status=1; \
+	cat .bench/results.md; exit $$status
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck

@@ -15,12 +15,13 @@ type Tracker struct {
 	mu      sync.Mutex
 	now     func() time.Time
 	applied map[[2]string]int64 // (tenant, dest) → events applied
+	total   map[string]int64    // dest → events applied
 	lat     map[string]*reservoir
 }
 
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
-	return &Tracker{now: time.Now, applied: map[[2]string]int64{}, lat: map[string]*reservoir{}}
+	return &Tracker{now: time.Now, applied: map[[2]string]int64{}, total: map[string]int64{}, lat: map[string]*reservoir{}}
 }
 
 // Wrap returns s reporting every applied record to t.
@@ -44,6 +45,7 @@ func (s *trackedSink) Apply(ctx context.Context, batch []sink.Record) ([]error, 
 			continue
 		}
 		s.t.applied[[2]string{r.Event.Tenant, s.Name()}]++
+		s.t.total[s.Name()]++
 		res := s.t.lat[r.Event.Tenant]
 		if res == nil {
 			res = &reservoir{}
@@ -59,6 +61,15 @@ func (t *Tracker) Applied(tenant, dest string) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.applied[[2]string{tenant, dest}]
+}
+
+// Total returns the events applied in dest, all tenants together. Like
+// Applied, it counts an event applied twice (a redelivered work item)
+// twice.
+func (t *Tracker) Total(dest string) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.total[dest]
 }
 
 // Latency returns p50 and p99 of tenant's recent end-to-end latencies
