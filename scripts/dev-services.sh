@@ -3,8 +3,8 @@
 # and `make demo`, and writes their addresses to .dev/services.env:
 #
 #   DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
-#   CLICKHOUSE_ADDR=127.0.0.1:59000          (native protocol)
-#   CLICKHOUSE_HTTP=http://127.0.0.1:58123
+#   CLICKHOUSE_ADDR=127.0.0.1:29000          (native protocol)
+#   CLICKHOUSE_HTTP=http://127.0.0.1:28123
 #
 # For each server, in order:
 #   1. DATABASE_URL / CLICKHOUSE_ADDR (and CLICKHOUSE_HTTP) set in the
@@ -28,10 +28,13 @@ FORCE_PRIVATE=${FAIRWAY_PRIVATE_SERVICES:-}
 [[ $FORCE_PRIVATE == 0 ]] && FORCE_PRIVATE=
 
 PG_DEFAULT_URL='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
-PG_PORT_FIRST=55432
-CH_TCP_FIRST=59000
-CH_HTTP_FIRST=58123
-CH_INTERSERVER_FIRST=59009
+# Below Linux's ephemeral range (32768-60999 by default): a port there can be
+# taken as the local end of any outgoing connection between our check and the
+# server's bind ("Address already in use", seen with a busy test run).
+PG_PORT_FIRST=25432
+CH_TCP_FIRST=29000
+CH_HTTP_FIRST=28123
+CH_INTERSERVER_FIRST=29009
 WAIT_SECONDS=60
 
 say() { printf '%s\n' "$*"; }
@@ -387,32 +390,44 @@ start_private_clickhouse() {
 	# 18.16 refuses to start while its pid file exists, even a stale one.
 	rm -f "$CH_PID"
 
-	if [[ -z $tcp ]] || port_open 127.0.0.1 "$tcp"; then
-		tcp=$(free_port "$CH_TCP_FIRST") || die "no free port for ClickHouse"
-	fi
-	if [[ -z $http || $http == "$tcp" ]] || port_open 127.0.0.1 "$http"; then
-		http=$(free_port "$CH_HTTP_FIRST" "$tcp") || die "no free port for ClickHouse HTTP"
-	fi
-	if [[ -z $inter || $inter == "$tcp" || $inter == "$http" ]] || port_open 127.0.0.1 "$inter"; then
-		inter=$(free_port "$CH_INTERSERVER_FIRST" "$tcp" "$http") || die "no free port for ClickHouse interserver"
-	fi
-	write_clickhouse_config "$tcp" "$http" "$inter"
-	printf '%s %s %s\n' "$tcp" "$http" "$inter" >"$CH_DIR/ports.tmp" && mv -f "$CH_DIR/ports.tmp" "$CH_DIR/ports"
+	local attempt tcp_first=$CH_TCP_FIRST http_first=$CH_HTTP_FIRST inter_first=$CH_INTERSERVER_FIRST
+	for attempt in 1 2 3; do
+		if [[ -z $tcp ]] || port_open 127.0.0.1 "$tcp"; then
+			tcp=$(free_port "$tcp_first") || die "no free port for ClickHouse"
+		fi
+		if [[ -z $http || $http == "$tcp" ]] || port_open 127.0.0.1 "$http"; then
+			http=$(free_port "$http_first" "$tcp") || die "no free port for ClickHouse HTTP"
+		fi
+		if [[ -z $inter || $inter == "$tcp" || $inter == "$http" ]] || port_open 127.0.0.1 "$inter"; then
+			inter=$(free_port "$inter_first" "$tcp" "$http") || die "no free port for ClickHouse interserver"
+		fi
+		write_clickhouse_config "$tcp" "$http" "$inter"
+		printf '%s %s %s\n' "$tcp" "$http" "$inter" >"$CH_DIR/ports.tmp" && mv -f "$CH_DIR/ports.tmp" "$CH_DIR/ports"
+		: >"$CH_DIR/log/clickhouse-server.err.log"
 
-	# --daemon forks, calls setsid and writes the pid file, so the server
-	# outlives the make that started it. It runs as the calling user (18.16
-	# does not refuse root), with stdout/stderr going to log/. 9>&-: it must
-	# not inherit (and hold) services.lock.
-	(cd "$CH_DIR" && "$server" --config-file="$CH_DIR/config.xml" --daemon --pid-file="$CH_PID" </dev/null >>"$CH_DIR/log/start.log" 2>&1 9>&-) || true
-	for ((i = 0; i < WAIT_SECONDS; i++)); do
-		if ch_ok 127.0.0.1 "$tcp"; then
-			CH_ADDR=127.0.0.1:$tcp CH_HTTP=http://127.0.0.1:$http CH_HOW="started private server"
-			return
-		fi
-		if ((i > 3)) && ! pid_is "$CH_PID" clickhouse "$CH_DIR/config.xml" >/dev/null; then
-			break
-		fi
-		sleep 1
+		# --daemon forks, calls setsid and writes the pid file, so the server
+		# outlives the make that started it. It runs as the calling user (18.16
+		# does not refuse root), with stdout/stderr going to log/. 9>&-: it must
+		# not inherit (and hold) services.lock.
+		(cd "$CH_DIR" && "$server" --config-file="$CH_DIR/config.xml" --daemon --pid-file="$CH_PID" </dev/null >>"$CH_DIR/log/start.log" 2>&1 9>&-) || true
+		for ((i = 0; i < WAIT_SECONDS; i++)); do
+			if ch_ok 127.0.0.1 "$tcp"; then
+				CH_ADDR=127.0.0.1:$tcp CH_HTTP=http://127.0.0.1:$http CH_HOW="started private server"
+				return
+			fi
+			if ((i > 3)) && ! pid_is "$CH_PID" clickhouse "$CH_DIR/config.xml" >/dev/null; then
+				break
+			fi
+			sleep 1
+		done
+		# A port taken between our check and the server's bind: try other
+		# ports. Anything else is reported below.
+		grep -q 'Address already in use' "$CH_DIR/log/clickhouse-server.err.log" 2>/dev/null || break
+		((attempt < 3)) || break
+		warn "private clickhouse: a port was taken while it started; trying other ports (attempt $((attempt + 1)) of 3)"
+		rm -f "$CH_PID"
+		tcp_first=$((tcp + 1)) http_first=$((http + 1)) inter_first=$((inter + 1))
+		tcp='' http='' inter=''
 	done
 	for f in start.log stderr.log clickhouse-server.err.log; do
 		[[ -s $CH_DIR/log/$f ]] && {
