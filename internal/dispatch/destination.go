@@ -546,6 +546,14 @@ func (x *destination) seed(p tenancy.PairState, backlog, lastSeq, dense uint64) 
 	return !granted
 }
 
+// granted says whether a grant of tenant is in flight.
+func (x *destination) granted(tenant string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ts := x.tenants[tenant]
+	return ts != nil && ts.granted
+}
+
 // markOrphan notes that an orphan of tenant waits for a slot.
 func (x *destination) markOrphan(tenant string) {
 	x.mu.Lock()

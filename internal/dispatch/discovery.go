@@ -129,6 +129,11 @@ func (d *Dispatcher) reloadPair(ctx context.Context, tenant, dest string) {
 		return // not a destination of this dispatcher (yet): the next poll sees it
 	}
 	for ctx.Err() == nil {
+		if x.granted(tenant) {
+			// Its outcome would overwrite the reload: no reads until it is done.
+			sleepCtx(ctx, 20*time.Millisecond)
+			continue
+		}
 		ps, err := d.st.PairState(ctx, tenant, dest)
 		if err == nil {
 			var backlog, first, dense uint64
@@ -146,12 +151,17 @@ func (d *Dispatcher) reloadPair(ctx context.Context, tenant, dest string) {
 			}
 			return
 		}
-		t := time.NewTimer(20 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
+		// A grant began between the reads and the seed: try again.
+	}
+}
+
+// sleepCtx waits for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 

@@ -82,7 +82,7 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 	rows := make([]Row, 0, len(pairs))
 	for _, p := range pairs {
 		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
-			Paused: p.Paused, NextSeq: p.NextSeq, Replaying: p.NextSeq < p.ReplayUntil, DeadLetters: dead[p.Dest+" "+p.Tenant]}
+			Paused: p.Paused, NextSeq: p.NextSeq, Replaying: p.Replaying(), DeadLetters: dead[p.Dest+" "+p.Tenant]}
 		switch p.Wait {
 		case tenancy.WaitCircuitOpen:
 			r.Reason, r.WaitDetail = ReasonCircuitOpen, p.WaitDetail

@@ -33,6 +33,9 @@ type PairStatus struct {
 	WaitSince  time.Time
 }
 
+// Replaying says whether the cursor is inside a replayed range.
+func (p PairStatus) Replaying() bool { return p.NextSeq < p.ReplayUntil }
+
 // PairStatuses returns the state of every (tenant, destination) the store
 // has seen, or of one tenant's when tenant is not empty, ordered by tenant
 // and destination. It is one read-only query.
