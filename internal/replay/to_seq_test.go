@@ -216,6 +216,11 @@ func TestReplayToSeqThroughThePipeline(t *testing.T) {
 	want[31], want[32] = 1, 1
 	waitApplied("live after the replay")
 	got := s.counts()
+	// Only the batch that holds 15 may reach past it: at most BatchSize-1
+	// (4) events right after 15 may be applied a second time, none later.
+	for i := uint64(16); i <= 19 && got[i] == 2; i++ {
+		want[i] = 2
+	}
 	var wrong []string
 	for i := uint64(1); i <= 32; i++ {
 		if got[i] != want[i] {
