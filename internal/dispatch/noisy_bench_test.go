@@ -3,6 +3,9 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
@@ -201,6 +204,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
 
+	stopProfile := profileDrain(b, "fairway")
 	t0 := time.Now()
 	wg.Go(func() {
 		if err := disp.Run(runCtx); err != nil {
@@ -209,6 +213,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	})
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
+	stopProfile()
 	r.lat, r.missing = latencies(tr, until, deadline, obs.when)
 	r.take, r.takeMissing = latencies(tr, until, deadline, sink.takes.when)
 	r.errs = sink.errs.Load()
@@ -285,11 +290,13 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	}
 	d := newDrain(cfg.noisyN)
 
+	stopProfile := profileDrain(b, "fifo")
 	t0 := time.Now()
 	pool := e.startFIFO(cfg.workers, 500, noisyTenant, d)
 	defer pool.stop()
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
+	stopProfile()
 	r.lat, r.missing = latencies(tr, until, deadline, func(_ string, seq uint64) (time.Time, bool) {
 		pool.mu.Lock()
 		defer pool.mu.Unlock()
@@ -425,5 +432,28 @@ func BenchmarkManyTenants(b *testing.B) {
 		rss0/mb, rss1/mb, heap0/mb, heap1/mb, heap2/mb, sink.errs.Load())
 	if sink.errs.Load() > 0 {
 		b.Errorf("%d sink errors", sink.errs.Load())
+	}
+}
+
+// profileDrain writes a CPU profile of one run's drain (clock start → every
+// event applied, the publishing of the backlog left out) to
+// $FAIRWAY_BENCH_PROFILE_DIR/noisy-<name>.prof when that variable is set.
+func profileDrain(b *testing.B, name string) (stop func()) {
+	dir := os.Getenv("FAIRWAY_BENCH_PROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, "noisy-"+name+".prof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
 	}
 }
