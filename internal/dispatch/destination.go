@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -167,9 +168,14 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	}
 	ranges, counts, lists, first, pending, ok := x.fromIndex(ts, from, n)
 	source := "index"
+	var times []*work.Times
+	if ok {
+		times = x.indexTimes(ts, ranges, counts)
+	}
 	if !ok {
 		ranges, counts, pending, ok = x.dense(ts, from, n)
 		lists, source = make([][]uint64, len(ranges)), "dense"
+		times = make([]*work.Times, len(ranges)) // not known: the sink reads them
 	}
 	if !ok {
 		source = "read"
@@ -180,6 +186,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		}
 		if len(b.Msgs) > 0 {
 			ranges, counts, lists = cut(b.Msgs, d.cfg.BatchSize)
+			times = cutTimes(b.Msgs, counts)
 			first, pending = b.Msgs[0].Time, b.Pending
 		}
 	}
@@ -225,7 +232,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	for i, l := range leases {
 		sent += counts[i]
 		it := work.Item{
-			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i],
+			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i], Times: times[i],
 			LeaseID: l.ID, Token: l.Token, DispatchedAt: now, Replay: l.FromSeq < replayUntil,
 		}
 		if it.Replay {
@@ -414,6 +421,44 @@ func cut(msgs []work.Stored, size int) (ranges []tenancy.Range, counts []int, li
 		lists = append(lists, list)
 	}
 	return ranges, counts, lists
+}
+
+// indexTimes returns, per batch cut from the index, its events' store
+// times (nil for a batch the index does not know them all of). The index
+// still holds what take handed out: only this tenant's next grant or a
+// reload (which waits for the grant) trims it.
+func (x *destination) indexTimes(ts *tenantState, ranges []tenancy.Range, counts []int) []*work.Times {
+	times := make([]*work.Times, len(ranges))
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i, r := range ranges {
+		if times[i] = ts.live.times(r.From, r.To, counts[i]); times[i] == nil {
+			times[i] = ts.back.times(r.From, r.To, counts[i])
+		}
+	}
+	return times
+}
+
+// cutTimes returns the store times of the batches cut reads from msgs
+// (counts[i] messages each, in order).
+func cutTimes(msgs []work.Stored, counts []int) []*work.Times {
+	times := make([]*work.Times, len(counts))
+	i := 0
+	for b, c := range counts {
+		base := msgs[i].Time.UnixMilli()
+		t := &work.Times{BaseMs: base, OffsetsMs: make([]uint32, c)}
+		for j := range c {
+			off := msgs[i+j].Time.UnixMilli() - base
+			if off < 0 || off > math.MaxUint32 || msgs[i+j].Time.IsZero() {
+				t = nil
+				break
+			}
+			t.OffsetsMs[j] = uint32(off)
+		}
+		times[b] = t
+		i += c
+	}
+	return times
 }
 
 // listSeqs says whether a batch's work item lists its sequences

@@ -319,6 +319,24 @@ func TestIndexedDispatch(t *testing.T) {
 					t.Errorf("item %s/%d-%d counts %d events, its range holds %d", it.Tenant, it.FromSeq, it.ToSeq, it.Count, n)
 				}
 			}
+			// Every item, cut from the index or from a read, carries its
+			// events' store times: to the millisecond, never later.
+			rd := work.NewReader(e.nc, "")
+			for _, it := range s.snapshot() {
+				if it.Times == nil {
+					t.Fatalf("item %s/%d-%d has no store times", it.Tenant, it.FromSeq, it.ToSeq)
+				}
+				times := it.Times
+				stored, err := rd.ReadItemHeaders(e.ctx, it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, m := range stored {
+					if at := times.At(i); at.After(m.Time) || m.Time.Sub(at) >= 2*time.Millisecond {
+						t.Fatalf("item %s/%d-%d event %d: time %v, stored %v", it.Tenant, it.FromSeq, it.ToSeq, i, at, m.Time)
+					}
+				}
+			}
 			indexed, read := d.Grants(pg, "index"), d.Grants(pg, "read")
 			t.Logf("grants from the index %.0f, from reads %.0f", indexed, read)
 			if indexed == 0 {

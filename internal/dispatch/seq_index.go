@@ -1,8 +1,10 @@
 package dispatch
 
 import (
+	"math"
 	"time"
 
+	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -39,6 +41,10 @@ func (ix *seqIndex) count() int {
 type seqRun struct {
 	first, last uint64
 	at          time.Time // when the run's first event was stored
+	// offMs[i] is when first+i was stored, in milliseconds after at (4
+	// bytes an event); nil once one did not fit (stored before at or more
+	// than 49 days after it): the run's times are then unknown.
+	offMs []uint32
 }
 
 // add records that the tenant has an event at seq, stored at at. Sequences
@@ -52,13 +58,20 @@ func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) {
 			return
 		case seq == last.last+1:
 			last.last = seq
+			if last.offMs != nil {
+				if ms := at.Sub(last.at).Milliseconds(); ms >= 0 && ms <= math.MaxUint32 {
+					last.offMs = append(last.offMs, uint32(ms))
+				} else {
+					last.offMs = nil
+				}
+			}
 			return
 		}
 	}
 	if seq < ix.floor {
 		return
 	}
-	ix.runs = append(ix.runs, seqRun{first: seq, last: seq, at: at})
+	ix.runs = append(ix.runs, seqRun{first: seq, last: seq, at: at, offMs: []uint32{0}})
 	if len(ix.runs) > maxRuns {
 		drop := len(ix.runs) - maxRuns
 		ix.floor = ix.runs[drop].first
@@ -78,8 +91,48 @@ func (ix *seqIndex) trim(cursor uint64) {
 		ix.runs = append(ix.runs[:0], ix.runs[i:]...)
 	}
 	if len(ix.runs) > 0 && ix.runs[0].first < cursor {
-		ix.runs[0].first = cursor
+		r := &ix.runs[0]
+		if r.offMs != nil {
+			r.offMs = r.offMs[cursor-r.first:]
+		}
+		r.first = cursor
 	}
+}
+
+// times returns when each of the count known sequences in from..to was
+// stored, or nil when the index does not know all of them with their times
+// (then the sink reads the events' headers for them).
+func (ix *seqIndex) times(from, to uint64, count int) *work.Times {
+	var t *work.Times
+	n := 0
+	for _, r := range ix.runs {
+		if r.last < from {
+			continue
+		}
+		if r.first > to {
+			break
+		}
+		if r.offMs == nil {
+			return nil
+		}
+		if t == nil {
+			t = &work.Times{BaseMs: r.at.UnixMilli(), OffsetsMs: make([]uint32, 0, count)}
+		}
+		// Offsets relative to this run's at, moved to the item's base.
+		shift := r.at.UnixMilli() - t.BaseMs
+		for seq := max(r.first, from); seq <= min(r.last, to); seq++ {
+			off := int64(r.offMs[seq-r.first]) + shift
+			if off < 0 || off > math.MaxUint32 || n == count {
+				return nil
+			}
+			t.OffsetsMs = append(t.OffsetsMs, uint32(off))
+			n++
+		}
+	}
+	if n != count {
+		return nil
+	}
+	return t
 }
 
 // take cuts up to n known events at or after cursor into batches of at

@@ -57,10 +57,11 @@ func TestSeqIndexAdd(t *testing.T) {
 	var ix seqIndex
 	t0 := time.Unix(100, 0)
 	for _, s := range []uint64{5, 6, 7, 6, 9, 10, 12} { // 6 again: a redelivery
-		ix.add(s, t0, 100)
+		ix.add(s, t0.Add(time.Duration(s)*time.Millisecond), 100)
 	}
-	want := []seqRun{{5, 7, t0}, {9, 10, t0}, {12, 12, t0}}
-	if !slices.Equal(ix.runs, want) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	want := []seqRun{{5, 7, at(5), []uint32{0, 1, 2}}, {9, 10, at(9), []uint32{0, 1}}, {12, 12, at(12), []uint32{0}}}
+	if !slices.EqualFunc(ix.runs, want, equalRun) {
 		t.Fatalf("runs %v, want %v", ix.runs, want)
 	}
 	// Over maxRuns the oldest runs go and floor moves past them.
@@ -69,10 +70,10 @@ func TestSeqIndexAdd(t *testing.T) {
 		t.Fatalf("after overflow: floor %d runs %v", ix.floor, ix.runs)
 	}
 	ix.trim(10)
-	if ix.runs[0] != (seqRun{10, 10, t0}) || ix.floor != 10 {
+	if !equalRun(ix.runs[0], seqRun{10, 10, at(9), []uint32{1}}) || ix.floor != 10 {
 		t.Fatalf("trim(10): %v floor %d", ix.runs, ix.floor)
 	}
-	ix.add(8, t0, 3) // below what the index knows: ignored
+	ix.add(8, at(8), 3) // below what the index knows: ignored
 	if ix.runs[0].first != 10 {
 		t.Fatalf("a sequence below the floor was added: %v", ix.runs)
 	}
@@ -80,4 +81,59 @@ func TestSeqIndexAdd(t *testing.T) {
 	if len(ix.runs) != 0 {
 		t.Fatalf("trim(100): %v", ix.runs)
 	}
+}
+
+func equalRun(a, b seqRun) bool {
+	return a.first == b.first && a.last == b.last && a.at.Equal(b.at) && slices.Equal(a.offMs, b.offMs)
+}
+
+// The index hands out each event's store time to the millisecond, never
+// later than the true time, across runs, and nothing when it does not know
+// every event of the range or a time does not fit.
+func TestSeqIndexTimes(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 24, 10, 0, 0, 700_000, time.UTC) // 0.7 ms past a millisecond
+	var ix seqIndex
+	stored := map[uint64]time.Time{}
+	for i, s := range []uint64{3, 4, 5, 8, 9, 11} {
+		at := t0.Add(time.Duration(i)*1500*time.Microsecond + time.Duration(s)*time.Hour)
+		stored[s] = at
+		ix.add(s, at, 100)
+	}
+	check := func(from, to uint64, count int) {
+		t.Helper()
+		tm := ix.times(from, to, count)
+		if tm == nil {
+			t.Fatalf("times(%d, %d, %d) = nil", from, to, count)
+		}
+		i := 0
+		for s := from; s <= to; s++ {
+			want, ok := stored[s]
+			if !ok {
+				continue
+			}
+			got := tm.At(i)
+			if got.After(want) || want.Sub(got) >= 2*time.Millisecond {
+				t.Errorf("seq %d: time %v, stored %v", s, got, want)
+			}
+			i++
+		}
+		if i != count {
+			t.Fatalf("%d known events in %d..%d, asked for %d", i, from, to, count)
+		}
+	}
+	check(3, 5, 3)
+	check(4, 9, 4)
+	check(3, 11, 6)
+	if ix.times(3, 11, 5) != nil || ix.times(3, 12, 7) != nil || ix.times(1, 3, 2) != nil {
+		t.Fatal("times of a range the index does not know exactly")
+	}
+	ix.trim(4)
+	check(4, 8, 3)
+	// A time before its run's start (a clock step back) loses the run's times.
+	ix.add(12, t0, 100)
+	if ix.times(11, 12, 2) != nil {
+		t.Fatal("times of a run whose clock went back")
+	}
+	check(8, 9, 2)
 }

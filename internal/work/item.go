@@ -42,6 +42,23 @@ type Item struct {
 	// each by sequence instead of having the server scan the range. At most
 	// SeqsMax.
 	Seqs []uint64 `json:"seqs,omitempty"`
+	// Times, when set, are when PRODUCTS stored each of the item's Count
+	// events. The dispatcher sets them when its doorbell delivered every
+	// event of the item; the sink then reads the events' bodies without
+	// their headers (docs/sinks.md, "Reading without headers").
+	Times *Times `json:"times,omitempty"`
+}
+
+// Times are the store times of an item's events to the millisecond:
+// event i was stored at Unix millisecond BaseMs + OffsetsMs[i].
+type Times struct {
+	BaseMs    int64    `json:"base_ms"`
+	OffsetsMs []uint32 `json:"offsets_ms"`
+}
+
+// At returns when the i-th event was stored.
+func (t *Times) At(i int) time.Time {
+	return time.UnixMilli(t.BaseMs + int64(t.OffsetsMs[i])).UTC()
 }
 
 // SeqsMax is the most sequences an item lists (Item.Seqs).
@@ -73,6 +90,9 @@ func (it Item) Validate() error {
 		if !ok {
 			errs = append(errs, fmt.Sprintf("seqs %v do not list the %d events of range %d..%d in order", it.Seqs, it.Count, it.FromSeq, it.ToSeq))
 		}
+	}
+	if it.Times != nil && len(it.Times.OffsetsMs) != it.Count {
+		errs = append(errs, fmt.Sprintf("times list %d events, count is %d", len(it.Times.OffsetsMs), it.Count))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidItem, strings.Join(errs, "; "))

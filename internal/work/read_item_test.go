@@ -29,18 +29,9 @@ func TestReadItem(t *testing.T) {
 	seqOf := map[uint64]string{} // seq → tenant
 	publish := func(tenants ...string) []uint64 {
 		t.Helper()
-		evs := make([]events.Event, len(tenants))
-		for i, tenant := range tenants {
-			evs[i] = events.Event{Tenant: tenant, ProductID: fmt.Sprintf("p%d", len(seqOf)+i), Version: 1, Op: events.OpUpsert,
-				OccurredAt: time.Now(), Payload: []byte(`{}`)}
-		}
-		seqs := make([]uint64, len(evs))
-		for i, r := range pub.Publish(ctx, evs) {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-			seqs[i] = r.Seq
-			seqOf[r.Seq] = tenants[i]
+		seqs, _ := publishFor(t, pub, len(seqOf), tenants)
+		for i, seq := range seqs {
+			seqOf[seq] = tenants[i]
 		}
 		return seqs
 	}
@@ -141,4 +132,129 @@ func TestItemSeqsValidate(t *testing.T) {
 			t.Errorf("seqs %v: Validate() = %v, want ok %v", tc.seqs, err, tc.ok)
 		}
 	}
+}
+
+// An item with Times is read without headers when it is dense or lists its
+// sequences: bodies only, sequences from the range, times from the item.
+// Whenever the stream does not hold exactly those sequences, it is read
+// with headers instead, so the result is what the header path returns.
+func TestReadItemBare(t *testing.T) {
+	t.Parallel()
+	_, nc := testenv.NATS(t)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	stream, err := events.EnsureStream(ctx, js, events.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := events.NewPublisher(js)
+	body := map[uint64]string{} // seq → product id
+	publish := func(tenants ...string) []uint64 {
+		t.Helper()
+		seqs, evs := publishFor(t, pub, len(body), tenants)
+		for i, seq := range seqs {
+			body[seq] = evs[i].ProductID
+		}
+		return seqs
+	}
+	timed := func(it work.Item) work.Item {
+		it.Times = &work.Times{BaseMs: 1_764_000_000_000, OffsetsMs: make([]uint32, it.Count)}
+		for i := range it.Count {
+			it.Times.OffsetsMs[i] = uint32(3 * i)
+		}
+		return it
+	}
+	read := func(name string, it work.Item, wantSeqs []uint64, wantBare bool) []work.Stored {
+		t.Helper()
+		got, err := work.NewReader(nc, "").ReadItem(ctx, it)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(got) != len(wantSeqs) {
+			t.Fatalf("%s: %d events, want %d", name, len(got), len(wantSeqs))
+		}
+		for i, s := range got {
+			ev, err := events.Decode(s.Data)
+			if err != nil || s.Seq != wantSeqs[i] || ev.ProductID != body[s.Seq] || s.Bare != wantBare {
+				t.Fatalf("%s: event %d = seq %d product %s bare %v (%v), want seq %d product %s bare %v",
+					name, i, s.Seq, ev.ProductID, s.Bare, err, wantSeqs[i], body[wantSeqs[i]], wantBare)
+			}
+			if wantBare && (!s.Time.Equal(it.Times.At(i)) || s.Subject != "" || s.Header != nil) {
+				t.Fatalf("%s: event %d time %v subject %q header %v, want time %v and no headers", name, i, s.Time, s.Subject, s.Header, it.Times.At(i))
+			}
+			if !wantBare && (s.Subject == "" || s.Time.IsZero()) {
+				t.Fatalf("%s: event %d read with headers lacks subject or time", name, i)
+			}
+		}
+		return got
+	}
+	item := func(tenant string, from, to uint64, count int) work.Item {
+		return work.Item{Tenant: tenant, Dest: "postgres", FromSeq: from, ToSeq: to, Count: count, LeaseID: "l"}
+	}
+	repeat := func(tenant string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = tenant
+		}
+		return out
+	}
+
+	// Dense, over more than one direct get, more of acme after it.
+	dense := publish(repeat("acme", 1050)...)
+	publish("acme", "acme")
+	read("dense", timed(item("acme", dense[0], dense[1049], 1050)), dense, true)
+	read("dense without times", item("acme", dense[0], dense[1049], 1050), dense, false)
+
+	// Listed sequences among other tenants' events.
+	spread := publish("acme", "globex", "globex", "acme", "globex", "acme", "acme")
+	listed := item("acme", spread[0], spread[5], 3)
+	listed.Seqs = []uint64{spread[0], spread[3], spread[5]}
+	read("listed", timed(listed), listed.Seqs, true)
+
+	// A shared range without a list: the subject filter needs headers.
+	read("shared", timed(item("acme", spread[0], spread[6], 4)), []uint64{spread[0], spread[3], spread[5], spread[6]}, false)
+
+	// A dense range that lost an event: the bare read runs into the next
+	// sequence, so the item is read with headers (one fewer, none past it).
+	gap := publish(repeat("acme", 10)...)
+	publish("acme")
+	if err := stream.DeleteMsg(ctx, gap[4]); err != nil {
+		t.Fatal(err)
+	}
+	read("dense with a gap", timed(item("acme", gap[0], gap[9], 10)), append(append([]uint64{}, gap[:4]...), gap[5:]...), false)
+
+	// A listed sequence deleted: the server answers with the next message;
+	// read with headers, it is missing.
+	if err := stream.DeleteMsg(ctx, spread[3]); err != nil {
+		t.Fatal(err)
+	}
+	read("listed, one deleted", timed(listed), []uint64{spread[0], spread[5]}, false)
+
+	// A miscounted dense range holding another tenant's event cannot be
+	// told without subjects: it comes back bare, and the caller (the sink
+	// runner) checks each event's tenant.
+	odd := publish("acme", "acme", "globex", "acme")
+	got := read("miscounted", timed(item("acme", odd[0], odd[3], 4)), odd, true)
+	if ev, _ := events.Decode(got[2].Data); ev.Tenant != "globex" {
+		t.Fatalf("miscounted: event 2 is %s's", ev.Tenant)
+	}
+}
+
+// publishFor publishes one event for each of tenants, product ids p<n>,
+// p<n+1>, … and returns their sequences.
+func publishFor(t *testing.T, pub *events.Publisher, n int, tenants []string) ([]uint64, []events.Event) {
+	t.Helper()
+	evs := make([]events.Event, len(tenants))
+	for i, tenant := range tenants {
+		evs[i] = events.Event{Tenant: tenant, ProductID: fmt.Sprintf("p%d", n+i), Version: 1, Op: events.OpUpsert,
+			OccurredAt: time.Now(), Payload: []byte(`{}`)}
+	}
+	seqs := make([]uint64, len(evs))
+	for i, r := range pub.Publish(context.Background(), evs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		seqs[i] = r.Seq
+	}
+	return seqs, evs
 }

@@ -24,6 +24,10 @@ type Stored struct {
 	Time    time.Time // when JetStream stored it (the publish time)
 	Header  nats.Header
 	Data    []byte
+	// Bare: read without its headers (Reader.ReadItem of an item with
+	// Times). Subject and Header are empty; Seq is known from the range
+	// and Time, to the millisecond, from the item.
+	Bare bool
 }
 
 // Batch is the answer to one Reader.Next call.
@@ -32,6 +36,9 @@ type Batch struct {
 	// Pending is how many of the tenant's events remain after the last
 	// message returned (as the server counted them).
 	Pending uint64
+	// LastSeq is the sequence of the last message returned, as the
+	// server's end-of-batch reply names it (0: not told).
+	LastSeq uint64
 }
 
 // Reader reads one tenant's events from PRODUCTS by sequence with batched
@@ -137,6 +144,10 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 			switch status := m.Header.Get("Status"); status {
 			case "204": // end of batch
 				b.Pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				b.LastSeq, _ = strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
+				if dg.NoHdr {
+					return b, nil // no sequences to trim by: the caller checks LastSeq
+				}
 				return trim(b, upTo), nil
 			case "404": // nothing at or after from
 				return b, nil
@@ -149,6 +160,10 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 			default:
 				return b, fmt.Errorf("%w: status %s %s", ErrStreamRead, status, m.Header.Get("Description"))
 			}
+		}
+		if dg.NoHdr && m.Header.Get("Nats-Sequence") == "" {
+			b.Msgs = append(b.Msgs, Stored{Data: m.Data, Bare: true})
+			continue
 		}
 		seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
 		if err != nil {

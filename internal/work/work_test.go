@@ -32,6 +32,7 @@ func TestItemValidate(t *testing.T) {
 		"count too large":  func(i *work.Item) { i.Count = 8 },
 		"zero count":       func(i *work.Item) { i.Count = 0 },
 		"missing lease id": func(i *work.Item) { i.LeaseID = "" },
+		"times too short":  func(i *work.Item) { i.Times = &work.Times{BaseMs: 1, OffsetsMs: []uint32{0, 1, 2}} },
 	}
 	for name, mutate := range cases {
 		it := ok
@@ -45,6 +46,10 @@ func TestItemValidate(t *testing.T) {
 	}
 	b2b := ok
 	b2b.Dest = "b2b:partner-1"
+	b2b.Times = &work.Times{BaseMs: 1_764_000_000_123, OffsetsMs: []uint32{0, 0, 7, 70_000}}
+	if got := b2b.Times.At(3); !got.Equal(time.UnixMilli(1_764_000_070_123)) {
+		t.Fatalf("Times.At(3) = %v", got)
+	}
 	m, err := b2b.Msg()
 	if err != nil {
 		t.Fatal(err)

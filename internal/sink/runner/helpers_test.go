@@ -43,6 +43,10 @@ type env struct {
 	work  jetstream.Stream
 	logs  *logBuffer
 	log   *slog.Logger
+	// timed: dispatched items carry their events' store times, as the
+	// dispatcher's items cut from its doorbell do, so the runner reads the
+	// events without headers.
+	timed bool
 }
 
 func setup(t testing.TB) *env {
@@ -162,6 +166,9 @@ func (e *env) dispatchFrom(tenant, dest string, from uint64, count int, replay b
 	}
 	it := work.Item{Tenant: tenant, Dest: dest, FromSeq: from, ToSeq: to, Count: count, LeaseID: l.ID, Token: l.Token,
 		DispatchedAt: time.Now(), Replay: replay}
+	if e.timed {
+		it.Times = &work.Times{BaseMs: time.Now().UnixMilli(), OffsetsMs: make([]uint32, count)}
+	}
 	e.send(it)
 	return it
 }

@@ -87,6 +87,7 @@ type job struct {
 	fenced        atomic.Bool // the lease was found stale
 
 	stored  []work.Stored
+	headers bool // fillHeaders ran
 	recs    []sink.Record
 	src     []int // recs[k] came from stored[src[k]]
 	fails   []failure
@@ -132,8 +133,10 @@ func (j *job) run(stop, ctx context.Context) string {
 // does not decode becomes a permanent letter.
 func (j *job) read(stop, ctx context.Context) error {
 	it := j.item
+	read := j.r.reader.ReadItem
+again:
 	err := j.retry(stop, ctx, "read events", func(ctx context.Context) error {
-		out, err := j.r.reader.ReadItem(ctx, it)
+		out, err := read(ctx, it)
 		if err != nil {
 			return err
 		}
@@ -162,8 +165,17 @@ func (j *job) read(stop, ctx context.Context) error {
 			j.storedRequests())
 	}
 	j.recs = make([]sink.Record, 0, len(j.stored))
+	j.src = j.src[:0]
 	for i, s := range j.stored {
 		ev, err := events.Decode(s.Data)
+		if err == nil && s.Bare && ev.Tenant != it.Tenant {
+			// Read without headers, an event of another tenant cannot be
+			// told by its subject: read the item as the header path does.
+			j.log.Warn("a work item's range held another tenant's event; reading it with headers", "seq", s.Seq, "event_tenant", ev.Tenant)
+			j.letters = j.letters[:0]
+			read = j.r.reader.ReadItemHeaders
+			goto again
+		}
 		if err != nil {
 			j.letters = append(j.letters, j.eventLetter(s, failure{first: now, last: now}, sink.ClassPermanent.String(), "invalid event",
 				"stored event does not decode: "+err.Error()))
@@ -458,6 +470,15 @@ func (j *job) letter(k int, class, rule, reason string) {
 }
 
 func (j *job) eventLetter(s work.Stored, f failure, class, rule, reason string) dlq.Letter {
+	if s.Bare {
+		j.fillHeaders()
+		for _, h := range j.stored {
+			if h.Seq == s.Seq {
+				s = h
+				break
+			}
+		}
+	}
 	return dlq.Letter{
 		Kind: dlq.KindEvent, Dest: j.r.cfg.Dest, Tenant: j.item.Tenant,
 		Reason: reason, Class: class, Rule: rule, Attempts: f.attempts, Deliveries: j.deliveries,
@@ -546,8 +567,43 @@ func requestIDs(hs iter.Seq[nats.Header]) slog.Attr {
 	return slog.Group("requests", "ids", ids, "count", len(seen))
 }
 
+// fillHeaders reads the headers (subject, request id, the publisher's
+// headers) of events read without them, for a dead letter or a log line
+// that names request ids: the rare paths. Best effort, once: events whose
+// headers cannot be read stay without.
+func (j *job) fillHeaders() {
+	if j.headers {
+		return
+	}
+	j.headers = true
+	bare := false
+	for _, s := range j.stored {
+		bare = bare || s.Bare
+	}
+	if !bare {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	full, err := j.r.reader.ReadItemHeaders(ctx, j.item)
+	if err != nil {
+		j.log.Warn("cannot read the headers of a work item's events", "err", err)
+	}
+	bySeq := make(map[uint64]work.Stored, len(full))
+	for _, s := range full {
+		bySeq[s.Seq] = s
+	}
+	for i, s := range j.stored {
+		if h, ok := bySeq[s.Seq]; ok && s.Bare {
+			s.Subject, s.Header, s.Bare = h.Subject, h.Header, false
+			j.stored[i] = s
+		}
+	}
+}
+
 // storedRequests names the request ids of every event read.
 func (j *job) storedRequests() slog.Attr {
+	j.fillHeaders()
 	return requestIDs(func(yield func(nats.Header) bool) {
 		for _, s := range j.stored {
 			if !yield(s.Header) {
@@ -559,6 +615,7 @@ func (j *job) storedRequests() slog.Attr {
 
 // recRequests names the request ids of recs[ks].
 func (j *job) recRequests(ks []int) slog.Attr {
+	j.fillHeaders()
 	return requestIDs(func(yield func(nats.Header) bool) {
 		for _, k := range ks {
 			if !yield(j.stored[j.src[k]].Header) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fairwayhq/fairway/internal/dlq"
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
@@ -19,9 +20,23 @@ import (
 // The runner's log lines about an item's failures name the item and the
 // ingest request ids of the events involved (a bounded list and a count),
 // so a failure in a sink can be traced back to the request that sent it.
+//
+// Items with store times are read without headers; the runner reads the
+// headers of their events when a failure needs them, so the log lines and
+// the dead letter are the same either way.
 func TestLogsCarryItemAndRequestIDs(t *testing.T) {
 	t.Parallel()
+	for _, timed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("timed=%v", timed), func(t *testing.T) {
+			t.Parallel()
+			testLogsCarryItemAndRequestIDs(t, timed)
+		})
+	}
+}
+
+func testLogsCarryItemAndRequestIDs(t *testing.T, timed bool) {
 	e := setup(t)
+	e.timed = timed
 	logs := &logBuffer{}
 	cfg := e.fastConfig()
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -75,6 +90,11 @@ func TestLogsCarryItemAndRequestIDs(t *testing.T) {
 		if !slices.Equal(got.Requests.IDs, want.IDs) || got.Requests.Count != want.Count {
 			t.Errorf("%q: requests %+v, want %+v", msg, got.Requests, want)
 		}
+	}
+	letters := e.letters(dlq.Filter{Tenant: "acme"})
+	if len(letters) != 1 || letters[0].SourceSubject != "products.acme.upsert" ||
+		letters[0].Header.Get(events.HeaderRequestID) != "req-poison" || letters[0].SourceSeq == 0 {
+		t.Fatalf("dead letters %+v, want the poison event with its subject and request id", letters)
 	}
 }
 

@@ -24,7 +24,19 @@ import (
 // several tenants, with older versions arriving after newer ones.
 func TestEndToEndPostgres(t *testing.T) {
 	t.Parallel()
+	for _, timed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("timed=%v", timed), func(t *testing.T) {
+			t.Parallel()
+			testEndToEndPostgres(t, timed)
+		})
+	}
+}
+
+// testEndToEndPostgres runs with items that carry store times (read without headers)
+// and without.
+func testEndToEndPostgres(t *testing.T, timed bool) {
 	e := setup(t)
+	e.timed = timed
 	r, reg := e.start(e.pg, e.fastConfig())
 	total := 0
 	var acme uint64
@@ -143,7 +155,19 @@ func TestTransientFailureRetriedHoldingSlot(t *testing.T) {
 // applied.
 func TestPoisonEventDeadLettered(t *testing.T) {
 	t.Parallel()
+	for _, timed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("timed=%v", timed), func(t *testing.T) {
+			t.Parallel()
+			testPoisonEventDeadLettered(t, timed)
+		})
+	}
+}
+
+// testPoisonEventDeadLettered: a timed item is read without headers; its letter still
+// names the event's subject.
+func testPoisonEventDeadLettered(t *testing.T, timed bool) {
 	e := setup(t)
+	e.timed = timed
 	now := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
 	cfg := e.fastConfig()
 	cfg.Now = func() time.Time { return now }
@@ -253,7 +277,19 @@ func TestStaleLeaseOnReleaseStillAcked(t *testing.T) {
 // events still there are applied.
 func TestAgedOutRangeDeadLettered(t *testing.T) {
 	t.Parallel()
+	for _, timed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("timed=%v", timed), func(t *testing.T) {
+			t.Parallel()
+			testAgedOutRangeDeadLettered(t, timed)
+		})
+	}
+}
+
+// testAgedOutRangeDeadLettered runs with items that carry store times (read without headers)
+// and without.
+func testAgedOutRangeDeadLettered(t *testing.T, timed bool) {
 	e := setup(t)
+	e.timed = timed
 	seqs := e.publish(upsert("acme", "a", 1), upsert("acme", "b", 1), upsert("acme", "c", 1), upsert("acme", "d", 1))
 	s, _ := e.js.Stream(context.Background(), events.StreamName)
 	for _, seq := range seqs[1:3] {
@@ -280,6 +316,29 @@ func TestAgedOutRangeDeadLettered(t *testing.T) {
 	}
 	if e.inUse("acme", "postgres") != 0 {
 		t.Error("lease not released")
+	}
+}
+
+// An item with store times whose range holds another tenant's event (a
+// dispatcher that miscounted) is read without headers, where the event
+// cannot be told by its subject: the runner sees its tenant, reads the
+// item with headers instead and applies what the header path applies.
+func TestBareReadOfAnotherTenantsEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.timed = true
+	e.publish(upsert("acme", "a", 1), upsert("globex", "g", 1), upsert("acme", "b", 1))
+	e.dispatch("acme", "postgres", 3) // claims the range is acme's alone
+	r, _ := e.start(e.pg, e.fastConfig())
+	e.drained(r.Config().Consumer)
+	if got := e.rows("acme"); got != 2 {
+		t.Errorf("acme: %d rows, want its 2 events", got)
+	}
+	if got := e.rows("globex"); got != 0 {
+		t.Errorf("globex: %d rows applied from acme's item", got)
+	}
+	if !strings.Contains(e.logs.String(), "reading it with headers") {
+		t.Errorf("no log line about the other tenant's event:\n%s", e.logs)
 	}
 }
 
