@@ -339,15 +339,20 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	}
 	// cursor is in the backfill's region [backFrom, liveFrom).
 	ranges, counts, lists, first, rest = ts.back.take(cursor, n, size)
+	if len(ranges) > 0 && ts.live.floor == 0 {
+		// What the doorbell delivered comes after the backfill's region
+		// and is still to dispatch, whether or not the backfill is done:
+		// without it in rest, a grant that empties the backfill's part
+		// would report no backlog, and live events rung before the grant
+		// would wait for the next poll.
+		rest += uint64(ts.live.count())
+	}
 	if !d.backDone.Load() {
 		// Still on its way: use it only when it already knows a whole
 		// grant's worth, or batches would come out short; else read.
 		return ranges, counts, lists, first, rest, sum(counts) == n
 	}
 	if len(ranges) > 0 {
-		if ts.live.floor == 0 {
-			rest += uint64(ts.live.count())
-		}
 		return ranges, counts, lists, first, rest, true
 	}
 	// The backfill is complete and the tenant has nothing left before
