@@ -4,13 +4,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/migrate"
@@ -139,6 +142,15 @@ func TestRunDispatches(t *testing.T) {
 			t.Fatalf("metrics lack %s:\n%.3000s", want, body)
 		}
 	}
+	// Two connections: the doorbell's (its ordered consumer delivered the
+	// event to it) and the main one.
+	conns := dispatcherConns(t, srv)
+	if len(conns) != 2 || conns["fairway-dispatcher"] == nil || conns["fairway-dispatcher-doorbell"] == nil {
+		t.Fatalf("dispatcher connections %v, want fairway-dispatcher and fairway-dispatcher-doorbell", slices.Collect(maps.Keys(conns)))
+	}
+	if bell := conns["fairway-dispatcher-doorbell"]; bell.OutMsgs < 1 || bell.NumSubs < 1 {
+		t.Errorf("doorbell connection: %d subscriptions, %d messages delivered to it; want its consumer and the event", bell.NumSubs, bell.OutMsgs)
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -148,4 +160,31 @@ func TestRunDispatches(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("run did not return after shutdown")
 	}
+	// The server notices a closed socket a moment later.
+	for wait := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		conns := dispatcherConns(t, srv)
+		if len(conns) == 0 {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Fatalf("connections still open 10 s after shutdown: %v", slices.Collect(maps.Keys(conns)))
+		}
+	}
+}
+
+// dispatcherConns returns the server's open client connections whose name
+// starts with fairway-dispatcher, by name.
+func dispatcherConns(t *testing.T, srv *server.Server) map[string]*server.ConnInfo {
+	t.Helper()
+	cz, err := srv.Connz(&server.ConnzOptions{State: server.ConnOpen, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*server.ConnInfo{}
+	for _, c := range cz.Conns {
+		if strings.HasPrefix(c.Name, "fairway-dispatcher") {
+			out[c.Name] = c
+		}
+	}
+	return out
 }

@@ -53,6 +53,14 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer nc.Close()
+	// The doorbell gets a connection of its own (dispatch.Deps.Doorbell),
+	// with the same URL and credentials, so its deliveries never wait on a
+	// socket busy with reads and work item publishes.
+	bellNC, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-dispatcher-doorbell", log)
+	if err != nil {
+		return err
+	}
+	defer bellNC.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
@@ -72,7 +80,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg, Logger: log, Partners: partners}, &cfg.Dispatch)
+	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Doorbell: bellNC, Registry: reg, Logger: log, Partners: partners}, &cfg.Dispatch)
 	if err != nil {
 		return err
 	}
@@ -90,6 +98,10 @@ func run(ctx context.Context, cfg Config) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !nc.IsConnected() {
 			http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
+			return
+		}
+		if !bellNC.IsConnected() {
+			http.Error(w, "nats (doorbell connection) disconnected", http.StatusServiceUnavailable)
 			return
 		}
 		if err := pool.Ping(r.Context()); err != nil {
@@ -124,6 +136,9 @@ func run(ctx context.Context, cfg Config) error {
 	}
 	if err := nc.Drain(); err != nil {
 		log.Warn("nats drain", "err", err)
+	}
+	if err := bellNC.Drain(); err != nil {
+		log.Warn("nats drain (doorbell connection)", "err", err)
 	}
 	return runErr
 }

@@ -19,6 +19,7 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -341,6 +342,21 @@ func TestPipelineEndToEnd(t *testing.T) {
 	}
 	if res.Ingest <= 0 || res.Ingest > res.All {
 		t.Errorf("ingested after %v, all applied after %v", res.Ingest, res.All)
+	}
+	// The dispatcher's doorbell runs on a connection of its own, which the
+	// server delivered every event's headers to.
+	cz, err := p.NATSServer.Connz(&server.ConnzOptions{State: server.ConnOpen, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bell *server.ConnInfo
+	for _, c := range cz.Conns {
+		if c.Name == "fairway-e2e-dispatcher-doorbell" {
+			bell = c
+		}
+	}
+	if bell == nil || bell.OutMsgs < int64(load.Events) {
+		t.Errorf("doorbell connection %+v: want one that was delivered all %d events", bell, load.Events)
 	}
 	t.Logf("%d events: ingested in %v, all applied in %v", load.Events, res.Ingest, res.All)
 }

@@ -58,8 +58,8 @@ type pipelineConfig struct {
 	// other's state. Required.
 	Database string
 	// Name names the NATS connections ("fairway-<name>",
-	// "fairway-<name>-dispatcher", …), the ingest node and the JetStream
-	// store directory. Required.
+	// "fairway-<name>-dispatcher", "fairway-<name>-dispatcher-doorbell",
+	// …), the ingest node and the JetStream store directory. Required.
 	Name string
 	// Tenants are created at start, each with a token and the partner.
 	Tenants []string
@@ -76,7 +76,9 @@ type pipelineConfig struct {
 // clickhouse, b2b:partner) whose sinks report to Tracker. The ingest
 // service, the dispatcher and each runner have a NATS connection and a
 // PostgreSQL pool of their own, as the separate processes of a deployment
-// do (proc); NC, JS and Store are the operator's (setup, dashboard).
+// do (proc), and the dispatcher's doorbell a second NATS connection, as
+// cmd/dispatcher opens; NC, JS and Store are the operator's (setup,
+// dashboard).
 //
 // startPipeline starts it; Close stops it in two phases (HTTP and ingest
 // first, then the dispatcher and runners, then the connections and
@@ -211,11 +213,15 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (_ *pipeline, err er
 	if err != nil {
 		return nil, err
 	}
+	bell, err := p.connect(cfg.Name + "-dispatcher-doorbell")
+	if err != nil {
+		return nil, err
+	}
 	dpartners, err := b2b.NewRegistry(dp.pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
 	if err != nil {
 		return nil, err
 	}
-	d, err := dispatch.New(dispatch.Deps{Store: dp.store, NATS: dp.nc, Registry: p.Registry, Logger: log, Partners: dpartners},
+	d, err := dispatch.New(dispatch.Deps{Store: dp.store, NATS: dp.nc, Doorbell: bell, Registry: p.Registry, Logger: log, Partners: dpartners},
 		&dispatch.Config{Dests: p.Dests[:2]})
 	if err != nil {
 		return nil, err
@@ -271,11 +277,10 @@ type proc struct {
 
 // process opens a proc's connections (as name), closed at Close.
 func (p *pipeline) process(ctx context.Context, name string, log *slog.Logger) (*proc, error) {
-	nc, err := nats.Connect(p.NATSServer.ClientURL(), nats.Name("fairway-"+name))
+	nc, err := p.connect(name)
 	if err != nil {
 		return nil, err
 	}
-	p.onClose(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -290,6 +295,16 @@ func (p *pipeline) process(ctx context.Context, name string, log *slog.Logger) (
 		return nil, err
 	}
 	return &proc{nc: nc, js: js, pool: pool, store: store}, nil
+}
+
+// connect opens a NATS connection named "fairway-<name>", closed at Close.
+func (p *pipeline) connect(name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(p.NATSServer.ClientURL(), nats.Name("fairway-"+name))
+	if err != nil {
+		return nil, err
+	}
+	p.onClose(nc.Close)
+	return nc, nil
 }
 
 // onClose registers f to run at Close, after the pipeline's goroutines

@@ -203,9 +203,10 @@ func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 // startup scan. Otherwise it is the backfill: it delivers the existing
 // backlog [from, until] to the index once, so the backlog too is cut into
 // batches without reading the stream, and then stops. One or two per
-// process, whatever the number of tenants.
+// process, whatever the number of tenants, on the doorbell connection
+// (Deps.Doorbell).
 func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jetstream.ConsumeContext, error) {
-	cons, err := d.js.OrderedConsumer(ctx, d.cfg.Stream, jetstream.OrderedConsumerConfig{
+	cons, err := d.bellJS.OrderedConsumer(ctx, d.cfg.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.SubjectWildcard},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    from,

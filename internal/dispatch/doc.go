@@ -38,8 +38,9 @@
 // and destination for the exact pending count) and then follows one
 // headers-only ordered consumer on products.> — the doorbell — from the
 // sequence the scan started at. JetStream state is one ephemeral consumer
-// per dispatcher process (two while the backfill runs). The scan repeats
-// every PollInterval as a fallback.
+// per dispatcher process (two while the backfill runs), on Deps.Doorbell
+// when set, a connection of their own. The scan repeats every PollInterval
+// as a fallback.
 //
 // # Cutting batches without reading the stream
 //
