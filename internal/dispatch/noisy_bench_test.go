@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -49,15 +47,22 @@ import (
 // Throughput: events applied from the clock start until the last noisy
 // event is applied, divided by that time. Both runs apply the same events.
 //
+// FAIRWAY_BENCH_DISPATCHERS (default 1) fairway dispatchers run side by
+// side, each with its own connections, pool and holder, as separate
+// processes would (replicas_bench_test.go); the grant timings then cover
+// the first one's grants only. fairway's work items are checked to cover
+// every event exactly once.
+//
 // Run: go test -run '^$' -bench BenchmarkNoisyNeighbor -benchtime 1x ./internal/dispatch/
 func BenchmarkNoisyNeighbor(b *testing.B) {
 	cfg := noisyConfig{
-		noisyN:  envInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 1_000_000),
-		window:  envDuration(b, "FAIRWAY_BENCH_WINDOW", 20*time.Second),
-		small:   100,
-		perSec:  5,
-		workers: 16,
-		limit:   envInt(b, "FAIRWAY_BENCH_NOISY_LIMIT", 16),
+		noisyN:      envInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 1_000_000),
+		window:      envDuration(b, "FAIRWAY_BENCH_WINDOW", 20*time.Second),
+		small:       100,
+		perSec:      5,
+		workers:     16,
+		limit:       envInt(b, "FAIRWAY_BENCH_NOISY_LIMIT", 16),
+		dispatchers: benchDispatchers(b),
 	}
 	for i := range cfg.small {
 		cfg.smalls = append(cfg.smalls, fmt.Sprintf("s%03d", i))
@@ -82,6 +87,8 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 	if tp := pct(fair.take, 99); tp > 0 {
 		b.ReportMetric(fifoP99/tp, "take_p99_ratio")
 	}
+	b.ReportMetric(float64(cfg.dispatchers), "dispatchers")
+	b.ReportMetric(fair.cpuPct, "fair_drain_cpu_pct")
 	b.ReportMetric(fair.noisyPerSec, "fair_noisy_events_per_s")
 	b.ReportMetric(fair.totalPerSec, "fair_events_per_s")
 	b.ReportMetric(fifo.noisyPerSec, "fifo_noisy_events_per_s")
@@ -101,13 +108,14 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 }
 
 type noisyConfig struct {
-	noisyN  int
-	window  time.Duration
-	small   int
-	perSec  float64
-	workers int
-	limit   int // the noisy tenant's slot limit
-	smalls  []string
+	noisyN      int
+	window      time.Duration
+	small       int
+	perSec      float64
+	workers     int
+	limit       int // the noisy tenant's slot limit
+	dispatchers int // fairway dispatchers side by side
+	smalls      []string
 }
 
 type noisyResult struct {
@@ -123,6 +131,7 @@ type noisyResult struct {
 	take        []time.Duration // fairway only: publish → a sink worker took the item
 	takeMissing int
 	errs        int64
+	cpuPct      float64 // fairway only: the machine's busy CPU share, clock start → drained
 }
 
 const noisyTenant = "noisy"
@@ -186,17 +195,15 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 
 	d := newDrain(cfg.noisyN)
 	obs := e.observeWork(tenancy.DestPostgres, func(t string) bool { return t != noisyTenant })
+	rec := e.recordItems(tenancy.DestPostgres)
 	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, e.store(), noisyTenant, d)
 	defer sink.stop()
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {
 		b.Fatal(err)
 	}
-	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher")},
-		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	reps := e.newReplicas(cfg.dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})
+	disp := reps.ds[0]
 	cyc := &grantCycle{tenant: noisyTenant}
 	disp.SetBeforeDispatch(cyc.before)
 	disp.SetAfterCommit(cyc.commit)
@@ -211,6 +218,8 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 			b.Errorf("dispatcher: %v", err)
 		}
 	})
+	reps.start(b, runCtx, &wg, 1)
+	drainCPU := cpuUntil(b, d.done)
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
 	stopProfile()
@@ -220,6 +229,9 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	if r.errs > 0 {
 		b.Errorf("fairway: %d sink errors", r.errs)
 	}
+	r.cpuPct = drainCPU()
+	moved, _ := reps.sum(b, "fairway_dispatcher_cursor_moved_total")
+	b.Logf("fairway: %d dispatchers, batches by holder %v, cursor races lost %.0f", cfg.dispatchers, e.checkReplicas(rec), moved)
 	b.Logf("fairway: noisy tenant's grants: %s", cyc)
 	return r
 }
@@ -324,11 +336,21 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 //     before the dispatcher started — the whole test process, embedded
 //     nats-server included; heap_growth_MB: runtime.MemStats.HeapAlloc
 //     after a GC, same two points; dispatcher_heap_MB: live heap with the
-//     dispatcher running minus right after it stopped (its own state).
+//     dispatcher running minus right after it stopped (its own state);
+//   - round1_cpu_pct, round2_cpu_pct: the machine's busy CPU time over its
+//     total (all cores, /proc/stat) during each round.
+//
+// FAIRWAY_BENCH_DISPATCHERS (default 1) dispatchers run side by side, each
+// with its own NATS connections, PostgreSQL pool and holder, as separate
+// processes would (replicas_bench_test.go); cursor_moved counts grants one
+// of them lost to another. After the rounds, the work items are checked to
+// cover every event of every tenant exactly once, and the batch log to
+// agree.
 //
 // Run: go test -run '^$' -bench BenchmarkManyTenants -benchtime 1x ./internal/dispatch/
 func BenchmarkManyTenants(b *testing.B) {
 	n := envInt(b, "FAIRWAY_BENCH_TENANTS", 10_000)
+	dispatchers := benchDispatchers(b)
 	const perTenant = 5
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -365,31 +387,24 @@ func BenchmarkManyTenants(b *testing.B) {
 	pubTook := time.Since(pubStart)
 
 	obs := e.observeWork(tenancy.DestPostgres, func(string) bool { return true })
+	rec := e.recordItems(tenancy.DestPostgres)
 	sink := e.startFakeSink(tenancy.DestPostgres, 16, e.store(), "-", newDrain(1))
 	defer sink.stop()
-	reg := prometheus.NewRegistry()
-	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg},
-		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	reps := e.newReplicas(dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})
 	rss0, heap0 := vmRSS(b), liveHeap()
 
 	b.ResetTimer()
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
+	var running sync.WaitGroup
+	cpu0 := readCPU(b)
 	t0 := time.Now()
-	go func() {
-		defer close(done)
-		if err := disp.Run(runCtx); err != nil {
-			b.Errorf("dispatcher: %v", err)
-		}
-	}()
+	reps.start(b, runCtx, &running, 0)
 	deadline := t0.Add(2 * time.Minute)
 	if !waitUntil(ctx, deadline, func() bool { return obs.tenants() >= n }) {
 		b.Errorf("round 1: %d of %d tenants dispatched in %v", obs.tenants(), n, time.Since(t0))
 	}
 	round1 := time.Since(t0)
+	cpu1 := readCPU(b)
 	t1 := time.Now()
 	e.publishBulk(n, 4, func(i int) string { return ids[i] })
 	pub2 := time.Since(t1)
@@ -397,38 +412,39 @@ func BenchmarkManyTenants(b *testing.B) {
 		b.Errorf("round 2: %d of %d tenants got a second item in %v", obs.countAtLeast(2), n, time.Since(t1))
 	}
 	round2 := time.Since(t1)
+	cpu2 := readCPU(b)
 	b.StopTimer()
 	rss1, heap1 := vmRSS(b), liveHeap()
 	stop()
-	<-done
+	running.Wait()
 	heap2 := liveHeap()
 
 	var scan float64
-	mfs, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
+	if sum, count := reps.sum(b, "fairway_dispatcher_scan_seconds"); count > 0 {
+		scan = sum / float64(count)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == "fairway_dispatcher_scan_seconds" && len(mf.GetMetric()) > 0 {
-			if h := mf.GetMetric()[0].GetHistogram(); h.GetSampleCount() > 0 {
-				scan = h.GetSampleSum() / float64(h.GetSampleCount())
-			}
-		}
-	}
+	moved, _ := reps.sum(b, "fairway_dispatcher_cursor_moved_total")
+	byHolder := e.checkReplicas(rec)
 	const mb = 1 << 20
+	b.ReportMetric(float64(dispatchers), "dispatchers")
 	b.ReportMetric(round1.Seconds(), "round1_s")
 	b.ReportMetric(scan, "scan_s")
 	b.ReportMetric(float64(n)/round1.Seconds(), "round1_items_per_s")
 	b.ReportMetric(round2.Seconds(), "round2_s")
 	b.ReportMetric(float64(n)/round2.Seconds(), "round2_items_per_s")
+	b.ReportMetric(cpu0.busyPct(cpu1), "round1_cpu_pct")
+	b.ReportMetric(cpu1.busyPct(cpu2), "round2_cpu_pct")
+	b.ReportMetric(moved, "cursor_moved")
 	b.ReportMetric((float64(rss1)-float64(rss0))/mb, "rss_growth_MB")
 	b.ReportMetric((float64(heap1)-float64(heap0))/mb, "heap_growth_MB")
 	b.ReportMetric((float64(heap1)-float64(heap2))/mb, "dispatcher_heap_MB")
 	b.ReportMetric(0, "ns/op")
-	b.Logf("%d tenants created in %v, %d events published in %v; round 1 %v (scan %.2fs), round 2 %v (its publish %v); "+
-		"VmRSS %d → %d MB; live heap %d → %d MB, %d MB after the dispatcher stopped; sink errors %d",
-		n, tenantsTook.Round(time.Millisecond), n*perTenant, pubTook.Round(time.Millisecond),
+	b.Logf("%d tenants created in %v, %d events published in %v; %d dispatchers; round 1 %v (scan %.2fs), round 2 %v (its publish %v); "+
+		"batches by holder %v, cursor races lost %.0f; "+
+		"VmRSS %d → %d MB; live heap %d → %d MB, %d MB after the dispatchers stopped; sink errors %d",
+		n, tenantsTook.Round(time.Millisecond), n*perTenant, pubTook.Round(time.Millisecond), dispatchers,
 		round1.Round(time.Millisecond), scan, round2.Round(time.Millisecond), pub2.Round(time.Millisecond),
+		byHolder, moved,
 		rss0/mb, rss1/mb, heap0/mb, heap1/mb, heap2/mb, sink.errs.Load())
 	if sink.errs.Load() > 0 {
 		b.Errorf("%d sink errors", sink.errs.Load())

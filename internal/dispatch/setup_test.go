@@ -294,7 +294,7 @@ func (s *sink) events(tenant string) int {
 // checkExactlyOnce checks that items cover each tenant's sequences exactly
 // once, except re-dispatches of an identical range under a new token
 // (allowDup), and returns how many such re-dispatches there were.
-func checkExactlyOnce(t *testing.T, items []work.Item, seqs map[string][]uint64, allowDup bool) int {
+func checkExactlyOnce(t testing.TB, items []work.Item, seqs map[string][]uint64, allowDup bool) int {
 	t.Helper()
 	type rng struct {
 		from, to uint64
