@@ -1,7 +1,9 @@
 // Command dispatcher moves each tenant's product events from stream
 // PRODUCTS to stream WORK, fairly across tenants and inside their slot
-// limits. Run several for throughput and availability: they share
-// PostgreSQL and JetStream and need no leader. See internal/dispatch and
+// limits. Run several for availability: they share PostgreSQL and
+// JetStream and need no leader, but they race for the same tenants: on
+// the 2-core development machine a second one slowed dispatch down
+// (docs/dispatcher.md, Known limits). See internal/dispatch and
 // docs/dispatcher.md.
 package main
 
