@@ -92,6 +92,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 		return nil
 	})
 	fs.DurationVar(&c.Dispatch.ShutdownGrace, "shutdown-grace", dispatch.ShutdownGraceDefault, "time in-flight batches get to be published on shutdown")
+	fs.DurationVar(&c.Dispatch.Heartbeat, "heartbeat", dispatch.HeartbeatDefault, "how often this replica records it is alive; replicas split the tenants between them and take over one whose heartbeat is 3 intervals old")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

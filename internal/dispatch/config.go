@@ -27,6 +27,7 @@ const (
 	BackfillDefault        = 2_000_000
 	ReplayRateDefault      = 5_000
 	ReplayBatchDefault     = 100
+	HeartbeatDefault       = 2 * time.Second
 )
 
 // Config configures a Dispatcher. The zero value plus Dests is valid.
@@ -89,6 +90,14 @@ type Config struct {
 	// error, so errors cannot spin the loop. Default 1s.
 	RetryDelay time.Duration
 
+	// Heartbeat is how often the dispatcher records that it is alive in
+	// fairway.dispatchers and reads which others are. Dispatchers side by
+	// side split the (tenant, destination) pairs between them by
+	// rendezvous hashing over that list; one whose heartbeat is older than
+	// 3 × Heartbeat is taken for gone and its pairs are taken over.
+	// Default 2s.
+	Heartbeat time.Duration
+
 	// ShutdownGrace is how long batches in flight get to be published after
 	// the context ends; what is left is handed back (ReturnBatches).
 	// Default 10s.
@@ -147,6 +156,7 @@ func (c *Config) WithDefaults() *Config {
 	out.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	out.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
 	out.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	out.Heartbeat = cmp.Or(c.Heartbeat, HeartbeatDefault)
 	out.ScanParallelism = cmp.Or(c.ScanParallelism, ScanParallelismDefault)
 	out.Backfill = cmp.Or(c.Backfill, BackfillDefault)
 	out.ReplayRate = cmp.Or(c.ReplayRate, ReplayRateDefault)
@@ -185,7 +195,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: ReplayBatch %d < 1", ErrInvalidConfig, c.ReplayBatch)
 	case c.Concurrency < 1:
 		return fmt.Errorf("%w: Concurrency %d < 1", ErrInvalidConfig, c.Concurrency)
-	case c.PollInterval < 0 || c.RecoverInterval < 0 || c.PublishTimeout < 0 || c.RetryDelay < 0 || c.ShutdownGrace < 0:
+	case c.PollInterval < 0 || c.RecoverInterval < 0 || c.PublishTimeout < 0 || c.RetryDelay < 0 || c.ShutdownGrace < 0 || c.Heartbeat < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
 	case c.ScanParallelism < 1:
 		return fmt.Errorf("%w: ScanParallelism %d < 1", ErrInvalidConfig, c.ScanParallelism)

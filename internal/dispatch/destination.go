@@ -74,6 +74,9 @@ func (x *destination) state(tenant string) *tenantState {
 		// this state: its index starts at what they deliver now.
 		ts.live.floor, ts.back.floor = x.d.bellSeq.Load(), x.d.backSeq.Load()
 		x.tenants[tenant] = ts
+		if !x.d.owns(tenant, x.name) {
+			x.sched.SetParked(x.key(tenant), true)
+		}
 	}
 	return ts
 }

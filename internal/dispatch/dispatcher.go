@@ -71,6 +71,7 @@ type Dispatcher struct {
 	loops       sync.WaitGroup
 
 	recoverKick chan struct{}
+	beatKick    chan struct{}  // heartbeat now: a dispatcher joined or left
 	reloads     sync.WaitGroup // reloadPair calls
 
 	// The index (seq_index.go) is exact for sequences from liveFrom on,
@@ -81,6 +82,9 @@ type Dispatcher struct {
 	// The sequence the doorbell (backfill) is delivering right now: a
 	// tenant state created later knows nothing before it.
 	bellSeq, backSeq atomic.Uint64
+	// members is the last heartbeat's view of the dispatchers alive
+	// (members.go); nil before the first.
+	members atomic.Pointer[membership]
 }
 
 // hooks let tests stop the dispatcher at exact points. All optional.
@@ -127,6 +131,7 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 		dests:       map[string]*destination{},
 		tenantDests: map[string][]string{},
 		recoverKick: make(chan struct{}, 1),
+		beatKick:    make(chan struct{}, 1),
 	}
 	for _, name := range c.Dests {
 		if _, err := d.destination(name); err != nil {
@@ -151,6 +156,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	stream, err := d.js.Stream(ctx, d.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("dispatch: stream %s: %w", d.cfg.Stream, err)
+	}
+	// Learn the other dispatchers first, so that the scan's tenants are
+	// parked or not from the start.
+	if err := d.heartbeat(ctx); err != nil {
+		return fmt.Errorf("dispatch: %w", err)
 	}
 	lastSeq, oldest, err := d.scan(ctx, stream)
 	if err != nil {
@@ -184,6 +194,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	aux.Go(func() { d.routeReleases(ctx, releases) })
 	aux.Go(func() { d.recoverLoop(ctx, workCtx) })
 	aux.Go(func() { d.pollLoop(ctx, stream) })
+	aux.Go(func() { d.heartbeatLoop(ctx) })
 	d.log.Info("dispatcher running", "holder", d.cfg.Holder, "dests", d.destNames(), "from_seq", lastSeq+1)
 
 	<-ctx.Done()
@@ -291,6 +302,11 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 		case r, ok := <-ch:
 			if !ok {
 				return
+			}
+			if r.Members {
+				d.m.wakeups.WithLabelValues("members").Inc()
+				d.beatNow()
+				continue
 			}
 			if r.Tenant == "" {
 				d.m.wakeups.WithLabelValues("rescan").Inc()

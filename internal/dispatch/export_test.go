@@ -22,3 +22,19 @@ func (d *Dispatcher) Grants(dest, source string) float64 {
 func (d *Dispatcher) Throttled(dest string) float64 {
 	return testutil.ToFloat64(d.m.throttled.WithLabelValues(dest))
 }
+
+// Members returns the dispatchers alive at d's last heartbeat.
+func (d *Dispatcher) Members() []string {
+	if m := d.members.Load(); m != nil {
+		return m.members
+	}
+	return nil
+}
+
+// Moved returns how many of dest's dispatch attempts another dispatcher won.
+func (d *Dispatcher) Moved(dest string) float64 {
+	return testutil.ToFloat64(d.m.moved.WithLabelValues(dest))
+}
+
+// Owner is owner, for tests.
+var Owner = owner

@@ -21,6 +21,7 @@ type metrics struct {
 	replayed   *prometheus.CounterVec   // dest: events dispatched again for a replay
 	throttled  *prometheus.CounterVec   // dest: grants a replay's rate held back
 	scanSecond prometheus.Histogram
+	members    prometheus.Gauge // dispatchers alive at the last heartbeat
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -43,9 +44,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "in_flight", Help: "Grants being dispatched right now."}, []string{"dest"}),
 		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll, cursor (an operator moved a cursor: replay, cancel)."}, []string{"source"}),
+			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll, cursor (an operator moved a cursor: replay, cancel), members (a dispatcher joined or left)."}, []string{"source"}),
 		atLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "at_limit_total", Help: "Dispatch attempts that found the tenant at its slot limit."}, []string{"dest"}),
+		members: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "members", Help: "Dispatchers alive at this one's last heartbeat (fairway.dispatchers); they split the (tenant, destination) pairs between them."}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "cursor_moved_total", Help: "Dispatch attempts another dispatcher won."}, []string{"dest"}),
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -62,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scan_seconds", Help: "Duration of a full backlog scan.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.scanSecond} {
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.scanSecond, m.members} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

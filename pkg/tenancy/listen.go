@@ -18,7 +18,14 @@ type Released struct {
 	// Cursor says the pair's cursor was moved by an operator (a replay's
 	// rewind, a cancelled replay): reload it rather than wait for a slot.
 	Cursor bool
+	// Members says a dispatcher joined (Store.Heartbeat's first beat) or
+	// left (Store.Leave): Tenant and Dest are empty; the others beat now
+	// rather than at their next heartbeat.
+	Members bool
 }
+
+// notifyMembers is the payload of a Released with Members set.
+const notifyMembers = "members"
 
 // notifyCursor ends the payload of a Released with Cursor set:
 // "<tenant> <dest> cursor".
@@ -87,9 +94,13 @@ func (s *Store) listenLoop(ctx context.Context, conn *pgx.Conn, ch chan<- Releas
 		n, err := conn.WaitForNotification(ctx)
 		if err == nil {
 			backoff = listenBackoffMin
-			tenant, rest, _ := strings.Cut(n.Payload, " ")
-			dest, kind, _ := strings.Cut(rest, " ")
-			if !send(Released{Tenant: tenant, Dest: dest, Cursor: kind == notifyCursor}) {
+			r := Released{Members: true}
+			if n.Payload != notifyMembers {
+				tenant, rest, _ := strings.Cut(n.Payload, " ")
+				dest, kind, _ := strings.Cut(rest, " ")
+				r = Released{Tenant: tenant, Dest: dest, Cursor: kind == notifyCursor}
+			}
+			if !send(r) {
 				return
 			}
 			continue

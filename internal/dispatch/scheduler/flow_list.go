@@ -3,7 +3,7 @@ package scheduler
 // flow is the scheduler's state for one (tenant, destination) pair. Flows
 // live in Scheduler.flows for as long as the scheduler knows the key; a flow
 // sits in at most one of the two round lists, and only while it is eligible
-// (backlog > 0, not blocked, no grant outstanding).
+// (backlog > 0, not blocked or parked, no grant outstanding).
 type flow struct {
 	key     Key
 	weight  int   // configured weight, clamped to [WeightMin, WeightMax]
@@ -20,6 +20,7 @@ type flow struct {
 	lastRound uint64
 
 	blocked bool // at its slot limit
+	parked  bool // another dispatcher grants it (SetParked)
 	granted bool // a grant is outstanding (between Next and Done)
 
 	list       *flowList // nil when in neither round list
@@ -30,7 +31,7 @@ type flow struct {
 
 // eligible reports whether the flow belongs in a round list.
 func (f *flow) eligible() bool {
-	return f.backlog > 0 && !f.blocked && !f.granted
+	return f.backlog > 0 && !f.blocked && !f.parked && !f.granted
 }
 
 // flowList is an intrusive doubly-linked FIFO of flows: push, pop and

@@ -176,6 +176,7 @@ type Stats struct {
 	Known    int // keys the scheduler holds state for (idle ones too)
 	Active   int // keys with backlog waiting their turn: not blocked, no grant outstanding
 	Blocked  int // keys marked blocked (at their slot limit)
+	Parked   int // keys another dispatcher grants (SetParked)
 	InFlight int // grants handed out by Next and not yet Done
 
 	Round          uint64 // current round number, starting at 1
@@ -205,7 +206,7 @@ type Scheduler struct {
 
 	bucketWidth int64 // nanoseconds per dampening bucket; 0 when off
 
-	blocked, inFlight                         int
+	blocked, parked, inFlight                 int
 	grants, scans, dampenedVisits, loneRounds uint64
 }
 
@@ -265,26 +266,44 @@ func (s *Scheduler) SetBacklog(k Key, events int64, weight int) {
 // SetBlocked on an unknown key creates it (weight 1, no backlog), so a
 // limit learned before any backlog is kept.
 func (s *Scheduler) SetBlocked(k Key, blocked bool) {
+	s.setOut(k, blocked, func(f *flow) *bool { return &f.blocked }, &s.blocked)
+}
+
+// SetParked takes k out of the rounds (true) while another dispatcher
+// grants it, or brings it back (false). A parked key keeps its backlog
+// hint, credit and place like a blocked one (see SetBlocked) and is never
+// examined by Next. Parking and blocking are independent: a key is granted
+// only when it is neither. SetParked on an unknown key creates it (weight
+// 1, no backlog), so a key parked before its first doorbell stays parked.
+func (s *Scheduler) SetParked(k Key, parked bool) {
+	s.setOut(k, parked, func(f *flow) *bool { return &f.parked }, &s.parked)
+}
+
+// setOut sets one of the flags that keep k out of the rounds (flag) and
+// its count: on unlinks k, off requeues it if it is eligible again. An
+// unknown key is created for on (weight 1, no backlog) and ignored for off.
+func (s *Scheduler) setOut(k Key, on bool, flag func(*flow) *bool, count *int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.flows[k]
 	if f == nil {
-		if !blocked {
+		if !on {
 			return
 		}
 		f = &flow{key: k, weight: WeightMin}
 		s.flows[k] = f
 	}
-	if f.blocked == blocked {
+	p := flag(f)
+	if *p == on {
 		return
 	}
-	f.blocked = blocked
-	if blocked {
-		s.blocked++
+	*p = on
+	if on {
+		*count++
 		s.unlink(f)
 		return
 	}
-	s.blocked--
+	*count--
 	s.requeue(f, false)
 }
 
@@ -401,6 +420,9 @@ func (s *Scheduler) Remove(k Key) {
 	if f.blocked {
 		s.blocked--
 	}
+	if f.parked {
+		s.parked--
+	}
 	if f.granted {
 		s.inFlight--
 	}
@@ -415,6 +437,7 @@ func (s *Scheduler) Stats() Stats {
 		Known:          len(s.flows),
 		Active:         s.lists[0].len + s.lists[1].len,
 		Blocked:        s.blocked,
+		Parked:         s.parked,
 		InFlight:       s.inFlight,
 		Round:          s.round,
 		Grants:         s.grants,

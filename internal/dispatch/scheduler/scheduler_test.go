@@ -742,3 +742,41 @@ func TestLoneRounds(t *testing.T) {
 		}
 	})
 }
+
+// A parked key (another dispatcher grants it) is never granted; parking and
+// blocking are independent, and a key comes back only when it is neither.
+func TestParked(t *testing.T) {
+	t.Parallel()
+	s := setup(t, scheduler.Config{})
+	for _, tn := range []string{"a", "b", "c"} {
+		s.SetBacklog(key(tn), unbounded, 1)
+	}
+	s.SetParked(key("b"), true)
+	s.SetParked(key("z"), true) // before any backlog: stays parked
+	s.SetBacklog(key("z"), unbounded, 1)
+	d := newSyncDispatcher(t, s)
+	d.run(30)
+	if d.events["b"] != 0 || d.events["z"] != 0 {
+		t.Fatalf("parked keys granted: b %d, z %d events", d.events["b"], d.events["z"])
+	}
+	if st := s.Stats(); st.Parked != 2 || st.Active != 2 {
+		t.Errorf("Stats = %+v, want Parked 2, Active 2", st)
+	}
+	s.SetBlocked(key("b"), true)
+	s.SetParked(key("b"), false) // still blocked
+	d.run(10)
+	if d.events["b"] != 0 {
+		t.Fatalf("a blocked key was granted once unparked: %d events", d.events["b"])
+	}
+	s.SetBlocked(key("b"), false)
+	g1, _ := d.step()
+	g2, _ := d.step()
+	g3, _ := d.step()
+	if g1.Key.Tenant != "b" && g2.Key.Tenant != "b" && g3.Key.Tenant != "b" {
+		t.Fatalf("b neither parked nor blocked, not granted within one round: %s %s %s", g1.Key.Tenant, g2.Key.Tenant, g3.Key.Tenant)
+	}
+	s.Remove(key("z"))
+	if st := s.Stats(); st.Parked != 0 || st.Blocked != 0 {
+		t.Errorf("Stats after unpark/unblock/remove = %+v, want none parked or blocked", st)
+	}
+}
