@@ -433,8 +433,8 @@ func cut(msgs []work.Stored, size int) (ranges []tenancy.Range, counts []int, li
 
 // indexTimes returns, per batch cut from the index, its events' store
 // times (nil for a batch the index does not know them all of). The index
-// still holds what take handed out: only this tenant's next grant or a
-// reload (which waits for the grant) trims it.
+// still holds what take handed out: only take trims it, and this tenant's
+// next take waits for this grant to end.
 func (x *destination) indexTimes(ts *tenantState, ranges []tenancy.Range, counts []int) []*work.Times {
 	times := make([]*work.Times, len(ranges))
 	x.mu.Lock()

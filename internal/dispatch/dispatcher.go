@@ -406,6 +406,9 @@ func subjectTenant(subject string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	tenant, _, ok := strings.Cut(rest, ".")
-	return tenant, ok && tenant != ""
+	// products.<tenant>.<op>: exactly three tokens, as the sinks' reads
+	// (events.TenantSubjects) see a tenant's events; anything deeper is
+	// no tenant's event and must not enter an index.
+	tenant, op, ok := strings.Cut(rest, ".")
+	return tenant, ok && tenant != "" && op != "" && !strings.Contains(op, ".")
 }

@@ -23,8 +23,8 @@ type seqIndex struct {
 	floor uint64 // sequences below it were dropped (0: none)
 }
 
-// indexMaxRuns bounds one tenant's index per destination (about 40 bytes a
-// run). A tenant whose events interleave with others' so finely that its
+// indexMaxRuns bounds one tenant's index per destination (about 64 bytes a
+// run plus 4 bytes an event for the store times). A tenant whose events interleave with others' so finely that its
 // backlog spans more runs is read from the stream for the oldest part.
 const indexMaxRuns = 100_000
 
@@ -59,7 +59,9 @@ func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) {
 		case seq == last.last+1:
 			last.last = seq
 			if last.offMs != nil {
-				if ms := at.Sub(last.at).Milliseconds(); ms >= 0 && ms <= math.MaxUint32 {
+				// Millisecond instants, not a truncated duration, so that
+				// base + offset is the event's own millisecond.
+				if ms := at.UnixMilli() - last.at.UnixMilli(); ms >= 0 && ms <= math.MaxUint32 {
 					last.offMs = append(last.offMs, uint32(ms))
 				} else {
 					last.offMs = nil

@@ -87,9 +87,9 @@ func equalRun(a, b seqRun) bool {
 	return a.first == b.first && a.last == b.last && a.at.Equal(b.at) && slices.Equal(a.offMs, b.offMs)
 }
 
-// The index hands out each event's store time to the millisecond, never
-// later than the true time, across runs, and nothing when it does not know
-// every event of the range or a time does not fit.
+// The index hands out each event's store time as its own millisecond (what
+// a read with headers gives, truncated), across runs, and nothing when it
+// does not know every event of the range or a time does not fit.
 func TestSeqIndexTimes(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 11, 24, 10, 0, 0, 700_000, time.UTC) // 0.7 ms past a millisecond
@@ -113,7 +113,7 @@ func TestSeqIndexTimes(t *testing.T) {
 				continue
 			}
 			got := tm.At(i)
-			if got.After(want) || want.Sub(got) >= 2*time.Millisecond {
+			if !got.Equal(time.UnixMilli(want.UnixMilli())) { // its own millisecond
 				t.Errorf("seq %d: time %v, stored %v", s, got, want)
 			}
 			i++
@@ -136,4 +136,24 @@ func TestSeqIndexTimes(t *testing.T) {
 		t.Fatal("times of a run whose clock went back")
 	}
 	check(8, 9, 2)
+}
+
+// The doorbell indexes exactly the subjects a sink reads as the tenant's
+// (events.TenantSubjects: products.<tenant>.<op>).
+func TestSubjectTenant(t *testing.T) {
+	t.Parallel()
+	for subject, want := range map[string]string{
+		"products.acme.upsert": "acme",
+		"products.acme.delete": "acme",
+		"products.acme":        "",
+		"products.acme.x.y":    "",
+		"products..upsert":     "",
+		"products.acme.":       "",
+		"other.acme.upsert":    "",
+	} {
+		got, ok := subjectTenant(subject)
+		if got != want && ok || ok != (want != "") {
+			t.Errorf("subjectTenant(%q) = %q, %v; want %q", subject, got, ok, want)
+		}
+	}
 }

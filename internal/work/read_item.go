@@ -87,7 +87,7 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 			}
 			for i, m := range b.Msgs {
 				seq := from + uint64(i)
-				if !m.Bare && m.Seq != seq { // a server that ignored no_hdr sent headers
+				if !m.Bare { // a server that ignored no_hdr: read with headers, which checks subjects
 					return nil, false, nil
 				}
 				m.Seq, m.Time = seq, it.Times.At(len(out))

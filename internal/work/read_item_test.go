@@ -2,7 +2,9 @@ package work_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"testing"
 	"time"
 
@@ -257,4 +259,59 @@ func publishFor(t *testing.T, pub *events.Publisher, n int, tenants []string) ([
 		seqs[i] = r.Seq
 	}
 	return seqs, evs
+}
+
+// A server that does not know no_hdr (older than the one we test with)
+// answers with headers. Those replies are not taken as bare: the item is
+// read with headers, whose subject check leaves another tenant's event out
+// of a miscounted range, as without Times. The fake server answers direct
+// gets on stream OLD with every sequence asked for, seq 12 globex's.
+func TestReadItemServerWithoutNoHdr(t *testing.T) {
+	t.Parallel()
+	_, nc := testenv.NATS(t)
+	sub, err := nc.Subscribe("$JS.API.DIRECT.GET.OLD", func(m *nats.Msg) {
+		var req struct {
+			Seq   uint64 `json:"seq"`
+			Batch int    `json:"batch"`
+		}
+		_ = json.Unmarshal(m.Data, &req)
+		for i := 0; i < req.Batch; i++ {
+			seq := req.Seq + uint64(i)
+			tenant := "acme"
+			if seq == 12 {
+				tenant = "globex"
+			}
+			body, _ := json.Marshal(events.Event{Tenant: tenant, ProductID: fmt.Sprint("p", seq), Version: 1, Op: events.OpUpsert,
+				OccurredAt: time.Now(), Payload: []byte(`{}`)})
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set("Nats-Sequence", fmt.Sprint(seq))
+			r.Header.Set("Nats-Subject", "products."+tenant+".upsert")
+			r.Header.Set("Nats-Time-Stamp", time.Now().UTC().Format(time.RFC3339Nano))
+			r.Data = body
+			_ = nc.PublishMsg(r)
+		}
+		eob := nats.NewMsg(m.Reply)
+		eob.Header.Set("Status", "204")
+		eob.Header.Set("Nats-Last-Sequence", fmt.Sprint(req.Seq+uint64(req.Batch)-1))
+		_ = nc.PublishMsg(eob)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	it := work.Item{Tenant: "acme", Dest: "postgres", FromSeq: 10, ToSeq: 13, Count: 4, LeaseID: "l",
+		Times: &work.Times{BaseMs: 1, OffsetsMs: []uint32{0, 0, 0, 0}}}
+	got, err := work.NewReader(nc, "OLD").ReadItem(context.Background(), it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d events, want acme's 3 (globex's at seq 12 left out by subject)", len(got))
+	}
+	for _, s := range got {
+		ev, _ := events.Decode(s.Data)
+		if ev.Tenant != it.Tenant || s.Bare || s.Subject != "products.acme.upsert" {
+			t.Errorf("seq %d: tenant %s subject %q bare %v, want acme's, read with headers", s.Seq, ev.Tenant, s.Subject, s.Bare)
+		}
+	}
 }

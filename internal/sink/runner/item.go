@@ -601,8 +601,19 @@ func (j *job) fillHeaders() {
 	}
 }
 
+// lazyAttr is a log value computed only when the line is written: reading
+// the headers of bare events costs a direct get, which a filtered-out line
+// must not pay.
+type lazyAttr func() slog.Value
+
+func (f lazyAttr) LogValue() slog.Value { return f() }
+
 // storedRequests names the request ids of every event read.
 func (j *job) storedRequests() slog.Attr {
+	return slog.Any("requests", lazyAttr(func() slog.Value { return j.storedRequestsNow().Value }))
+}
+
+func (j *job) storedRequestsNow() slog.Attr {
 	j.fillHeaders()
 	return requestIDs(func(yield func(nats.Header) bool) {
 		for _, s := range j.stored {
@@ -615,6 +626,10 @@ func (j *job) storedRequests() slog.Attr {
 
 // recRequests names the request ids of recs[ks].
 func (j *job) recRequests(ks []int) slog.Attr {
+	return slog.Any("requests", lazyAttr(func() slog.Value { return j.recRequestsNow(ks).Value }))
+}
+
+func (j *job) recRequestsNow(ks []int) slog.Attr {
 	j.fillHeaders()
 	return requestIDs(func(yield func(nats.Header) bool) {
 		for _, k := range ks {
