@@ -45,7 +45,7 @@ func (c StreamConfig) WithDefaults() StreamConfig {
 // storage, direct get allowed for list and show).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
 	c = c.WithDefaults()
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	s, err := events.EnsureJetStream(ctx, js, jetstream.StreamConfig{
 		Name:        c.Name,
 		Description: "fairway dead letters: events a destination refused or gave up on, and lost ranges",
 		Subjects:    []string{SubjectPrefix + ".>"},

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // Defaults for StreamConfig.
@@ -35,7 +37,7 @@ func (c StreamConfig) WithDefaults() StreamConfig {
 // EnsureStream creates or updates the WORK stream.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
 	c = c.WithDefaults()
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	s, err := events.EnsureJetStream(ctx, js, jetstream.StreamConfig{
 		Name:        c.Name,
 		Description: "fairway work items: ranges of PRODUCTS sequences per tenant and destination",
 		Subjects:    []string{SubjectPrefix + ".>"},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,11 +96,54 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	s, err := js.CreateOrUpdateStream(ctx, c.JetStreamConfig())
+	s, err := EnsureJetStream(ctx, js, c.JetStreamConfig())
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", c.Name, err)
 	}
 	return s, nil
+}
+
+// EnsureJetStream creates the stream cfg names, or updates it when its
+// configuration differs from cfg in a field fairway sets (subjects,
+// retention, storage, replicas, limits, duplicates window, discard, direct
+// get, description). A stream already as configured is left alone: every
+// service start would otherwise send an update, and nats-server 2.15
+// applies an update's file-store change without the lock a concurrent
+// consumer create takes (seen as a data race under -race when a sink
+// restarted while another created its consumer).
+func EnsureJetStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, cfg.Name)
+	switch {
+	case err == nil:
+		if sameStreamConfig(s.CachedInfo().Config, cfg) {
+			return s, nil
+		}
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, err
+	}
+	return js.CreateOrUpdateStream(ctx, cfg)
+}
+
+// sameStreamConfig compares the fields fairway sets; the server's defaults
+// for unset limits (-1) equal 0.
+func sameStreamConfig(have, want jetstream.StreamConfig) bool {
+	limit := func(v int64) int64 {
+		if v <= 0 {
+			return -1
+		}
+		return v
+	}
+	return have.Description == want.Description &&
+		slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention &&
+		have.Storage == want.Storage &&
+		max(have.Replicas, 1) == max(want.Replicas, 1) &&
+		have.MaxAge == want.MaxAge &&
+		limit(have.MaxBytes) == limit(want.MaxBytes) &&
+		limit(have.MaxMsgs) == limit(want.MaxMsgs) &&
+		have.Duplicates == want.Duplicates &&
+		have.Discard == want.Discard &&
+		have.AllowDirect == want.AllowDirect
 }
 
 // OpenStream returns the stream as it is configured, creating it with c

@@ -60,7 +60,13 @@ func TestEnsureStream(t *testing.T) {
 	if r := p.PublishOne(ctx, validEvent()); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	// Idempotent: the same config again changes nothing and keeps data.
+	// Idempotent: the same config again changes nothing, keeps data and
+	// sends no update (an update races a concurrent consumer create in
+	// nats-server 2.15); a changed one is sent.
+	updates, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE.PRODUCTS")
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err = EnsureStream(ctx, js, StreamConfig{})
 	if err != nil {
 		t.Fatalf("second EnsureStream: %v", err)
@@ -68,10 +74,16 @@ func TestEnsureStream(t *testing.T) {
 	if got := s.CachedInfo().Config; !reflect.DeepEqual(got, cfg) {
 		t.Errorf("config changed:\n got %+v\nwant %+v", got, cfg)
 	}
+	if m, err := updates.NextMsg(100 * time.Millisecond); err == nil {
+		t.Errorf("an unchanged stream was updated: %s", m.Data)
+	}
 	// Changing the replay horizon of an existing stream works.
 	s, err = EnsureStream(ctx, js, StreamConfig{MaxAge: 48 * time.Hour, Duplicates: time.Minute})
 	if err != nil {
 		t.Fatalf("update MaxAge: %v", err)
+	}
+	if _, err := updates.NextMsg(time.Second); err != nil {
+		t.Errorf("a changed stream was not updated: %v", err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
