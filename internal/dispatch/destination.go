@@ -35,7 +35,7 @@ type destination struct {
 // tenantState is what the destination knows of one tenant.
 type tenantState struct {
 	cursor  uint64 // next sequence to dispatch; 0 = not loaded yet
-	lastSeq uint64 // highest sequence the doorbell or a scan saw
+	lastSeq uint64 // highest sequence the doorbell saw, or at least the last of the scan's backlog
 	weight  int
 	granted bool     // a grant is outstanding
 	blocked bool     // at its slot limit (or set aside after an error)
@@ -559,7 +559,7 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill boo
 		ts.lastSeq = seq
 	}
 	if seq >= ts.cursor { // cursor 0 (unknown) counts too
-		x.sched.SetBacklog(x.key(tenant), int64(seq-max(ts.cursor, 1)+1), ts.weight)
+		x.sched.SetBacklog(x.key(tenant), int64(ts.lastSeq-max(ts.cursor, 1)+1), ts.weight)
 	}
 	x.mu.Unlock()
 	x.kick()
@@ -583,6 +583,13 @@ func (x *destination) seed(p tenancy.PairState, backlog, lastSeq, dense uint64) 
 		ts.denseUntil = dense
 	case p.NextSeq >= ts.denseUntil || !p.Replaying():
 		ts.denseUntil = 0
+	}
+	if lastSeq > 0 && backlog > 0 {
+		// The scan's backlog: backlog events from lastSeq (its first), so
+		// its last is at least lastSeq+backlog-1. The backfill then rings
+		// the oldest first; a hint cut down to what it rang so far would
+		// make the first grants short batches.
+		lastSeq += backlog - 1
 	}
 	if lastSeq > ts.lastSeq {
 		ts.lastSeq = lastSeq

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -155,5 +156,33 @@ func TestSubjectTenant(t *testing.T) {
 		if got != want && ok || ok != (want != "") {
 			t.Errorf("subjectTenant(%q) = %q, %v; want %q", subject, got, ok, want)
 		}
+	}
+}
+
+// While the backfill rings a tenant's backlog oldest first, the scheduler's
+// hint stays at what the start-up scan counted: a grant then is as large as
+// the backlog allows, not cut to what the backfill rang so far (which made
+// the first grants short batches).
+func TestBackfillKeepsScanBacklog(t *testing.T) {
+	t.Parallel()
+	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10, GrantBatches: 4}).WithDefaults()
+	d := &Dispatcher{cfg: cfg}
+	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.Quantum, MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newDestination(d, "postgres", sched)
+	// The scan: 200 events of solo from sequence 1.
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 200, 1, 0)
+	at := time.Unix(1_764_000_000, 0)
+	for seq := uint64(1); seq <= 16; seq++ {
+		x.bell("solo", seq, at, true)
+	}
+	g, ok := sched.Next()
+	if !ok {
+		t.Fatal("no grant")
+	}
+	if g.MaxEvents != 40 {
+		t.Fatalf("first grant may take %d events, want 40 (4 batches of 10 of the scanned 200)", g.MaxEvents)
 	}
 }
