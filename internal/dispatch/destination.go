@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"time"
 
@@ -174,8 +173,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	var times []*work.Times
 	if ok {
 		times = x.indexTimes(ts, ranges, counts)
-	}
-	if !ok {
+	} else {
 		ranges, counts, pending, ok = x.dense(ts, from, n)
 		lists, source = make([][]uint64, len(ranges)), "dense"
 		times = make([]*work.Times, len(ranges)) // not known: the sink reads them
@@ -453,15 +451,12 @@ func cutTimes(msgs []work.Stored, counts []int) []*work.Times {
 	times := make([]*work.Times, len(counts))
 	i := 0
 	for b, c := range counts {
-		base := msgs[i].Time.UnixMilli()
-		t := &work.Times{BaseMs: base, OffsetsMs: make([]uint32, c)}
-		for j := range c {
-			off := msgs[i+j].Time.UnixMilli() - base
-			if off < 0 || off > math.MaxUint32 || msgs[i+j].Time.IsZero() {
+		t := &work.Times{BaseMs: msgs[i].Time.UnixMilli(), OffsetsMs: make([]uint32, 0, c)}
+		for _, m := range msgs[i : i+c] {
+			if m.Time.IsZero() || !t.Add(m.Time.UnixMilli()) {
 				t = nil
 				break
 			}
-			t.OffsetsMs[j] = uint32(off)
 		}
 		times[b] = t
 		i += c

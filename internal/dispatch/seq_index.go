@@ -117,17 +117,14 @@ func (ix *seqIndex) times(from, to uint64, count int) *work.Times {
 		if r.offMs == nil {
 			return nil
 		}
+		base := r.at.UnixMilli()
 		if t == nil {
-			t = &work.Times{BaseMs: r.at.UnixMilli(), OffsetsMs: make([]uint32, 0, count)}
+			t = &work.Times{BaseMs: base, OffsetsMs: make([]uint32, 0, count)}
 		}
-		// Offsets relative to this run's at, moved to the item's base.
-		shift := r.at.UnixMilli() - t.BaseMs
 		for seq := max(r.first, from); seq <= min(r.last, to); seq++ {
-			off := int64(r.offMs[seq-r.first]) + shift
-			if off < 0 || off > math.MaxUint32 || n == count {
+			if n == count || !t.Add(base+int64(r.offMs[seq-r.first])) {
 				return nil
 			}
-			t.OffsetsMs = append(t.OffsetsMs, uint32(off))
 			n++
 		}
 	}

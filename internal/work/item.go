@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -54,6 +55,18 @@ type Item struct {
 type Times struct {
 	BaseMs    int64    `json:"base_ms"`
 	OffsetsMs []uint32 `json:"offsets_ms"`
+}
+
+// Add appends the store time of the next event, Unix millisecond ms. It
+// reports false when ms does not fit (before BaseMs or more than 49 days
+// after it); the Times are then unusable.
+func (t *Times) Add(ms int64) bool {
+	off := ms - t.BaseMs
+	if off < 0 || off > math.MaxUint32 {
+		return false
+	}
+	t.OffsetsMs = append(t.OffsetsMs, uint32(off))
+	return true
 }
 
 // At returns when the i-th event was stored.

@@ -132,10 +132,27 @@ func (j *job) run(stop, ctx context.Context) string {
 // range shorter than dispatched becomes a KindRange letter; an event that
 // does not decode becomes a permanent letter.
 func (j *job) read(stop, ctx context.Context) error {
+	if err := j.readStored(stop, ctx, j.r.reader.ReadItem); err != nil {
+		return err
+	}
+	if seq, tenant, ok := j.decode(); !ok {
+		// Read without headers, an event of another tenant cannot be told
+		// by its subject: read the item as the header path does (its
+		// events are never bare, so decode cannot refuse them again).
+		j.log.Warn("a work item's range held another tenant's event; reading it with headers", "seq", seq, "event_tenant", tenant)
+		if err := j.readStored(stop, ctx, j.r.reader.ReadItemHeaders); err != nil {
+			return err
+		}
+		j.decode()
+	}
+	j.fails = make([]failure, len(j.recs))
+	return nil
+}
+
+// readStored fills j.stored with read, retrying read errors with backoff.
+func (j *job) readStored(stop, ctx context.Context, read func(context.Context, work.Item) ([]work.Stored, error)) error {
 	it := j.item
-	read := j.r.reader.ReadItem
-again:
-	err := j.retry(stop, ctx, "read events", func(ctx context.Context) error {
+	return j.retry(stop, ctx, "read events", func(ctx context.Context) error {
 		out, err := read(ctx, it)
 		if err != nil {
 			return err
@@ -148,9 +165,14 @@ again:
 		j.stored = out
 		return nil
 	})
-	if err != nil {
-		return err
-	}
+}
+
+// decode fills j.recs (and j.letters: a lost range, events that do not
+// decode) from j.stored. It stops with ok false at a bare event of another
+// tenant than the item's, naming it.
+func (j *job) decode() (seq uint64, tenant string, ok bool) {
+	it := j.item
+	j.letters, j.recs, j.src = nil, make([]sink.Record, 0, len(j.stored)), nil
 	now := j.r.cfg.Now()
 	if missing := it.Count - len(j.stored); missing > 0 {
 		j.letters = append(j.letters, dlq.Letter{
@@ -164,28 +186,20 @@ again:
 		j.log.Error("events of a work item are gone from the stream; recorded as a lost range", "missing", missing, "count", it.Count,
 			j.storedRequests())
 	}
-	j.recs = make([]sink.Record, 0, len(j.stored))
-	j.src = j.src[:0]
 	for i, s := range j.stored {
 		ev, err := events.Decode(s.Data)
-		if err == nil && s.Bare && ev.Tenant != it.Tenant {
-			// Read without headers, an event of another tenant cannot be
-			// told by its subject: read the item as the header path does.
-			j.log.Warn("a work item's range held another tenant's event; reading it with headers", "seq", s.Seq, "event_tenant", ev.Tenant)
-			j.letters = j.letters[:0]
-			read = j.r.reader.ReadItemHeaders
-			goto again
-		}
 		if err != nil {
 			j.letters = append(j.letters, j.eventLetter(s, failure{first: now, last: now}, sink.ClassPermanent.String(), "invalid event",
 				"stored event does not decode: "+err.Error()))
 			continue
 		}
+		if s.Bare && ev.Tenant != it.Tenant {
+			return s.Seq, ev.Tenant, false
+		}
 		j.recs = append(j.recs, sink.Record{Seq: s.Seq, Event: ev, PublishedAt: s.Time})
 		j.src = append(j.src, i)
 	}
-	j.fails = make([]failure, len(j.recs))
-	return nil
+	return 0, "", true
 }
 
 // shortRead judges a range that read fewer events than were dispatched.
