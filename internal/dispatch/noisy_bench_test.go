@@ -3,15 +3,13 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -211,7 +209,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
 
-	stopProfile := profileDrain(b, "fairway")
+	stopProfile := testenv.ProfileCPU(b, "noisy-fairway") // the drain only, not the backlog's publishing
 	t0 := time.Now()
 	wg.Go(func() {
 		if err := disp.Run(runCtx); err != nil {
@@ -302,7 +300,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	}
 	d := newDrain(cfg.noisyN)
 
-	stopProfile := profileDrain(b, "fifo")
+	stopProfile := testenv.ProfileCPU(b, "noisy-fifo")
 	t0 := time.Now()
 	pool := e.startFIFO(cfg.workers, 500, noisyTenant, d)
 	defer pool.stop()
@@ -448,28 +446,5 @@ func BenchmarkManyTenants(b *testing.B) {
 		rss0/mb, rss1/mb, heap0/mb, heap1/mb, heap2/mb, sink.errs.Load())
 	if sink.errs.Load() > 0 {
 		b.Errorf("%d sink errors", sink.errs.Load())
-	}
-}
-
-// profileDrain writes a CPU profile of one run's drain (clock start → every
-// event applied, the publishing of the backlog left out) to
-// $FAIRWAY_BENCH_PROFILE_DIR/noisy-<name>.prof when that variable is set.
-func profileDrain(b *testing.B, name string) (stop func()) {
-	dir := os.Getenv("FAIRWAY_BENCH_PROFILE_DIR")
-	if dir == "" {
-		return func() {}
-	}
-	f, err := os.Create(filepath.Join(dir, "noisy-"+name+".prof"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		b.Fatal(err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			b.Error(err)
-		}
 	}
 }

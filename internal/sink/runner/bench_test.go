@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
 
@@ -99,11 +100,17 @@ func benchRunner(b *testing.B, timed bool) {
 	w := &wrapSink{inner: e.pg}
 	cfg := e.fastConfig()
 	cfg.Concurrency = benchWorkers
+	name := "runner"
+	if !timed {
+		name = "runner-headers"
+	}
+	stopProfile := testenv.ProfileCPU(b, name)
 	b.ResetTimer()
 	e.start(w, cfg)
 	for w.events.Load() < int64(b.N*benchItem) {
 		time.Sleep(time.Millisecond)
 	}
 	b.StopTimer()
+	stopProfile()
 	b.ReportMetric(float64(b.N*benchItem)/b.Elapsed().Seconds(), "events/s")
 }
