@@ -3,7 +3,6 @@ package events
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -239,7 +238,7 @@ func (d *Decoder) nextLine() (Item, error) {
 		if tooLong {
 			return d.tooLong(it, n), nil
 		}
-		if !json.Valid(line) {
+		if !Valid(line) {
 			pos, msg := syntaxError(line)
 			it.Err = &ItemError{Index: it.Index, Line: it.Line, Err: &ValidationError{
 				Reason: fmt.Sprintf("malformed JSON at column %d: %s", pos+1, msg), Err: ErrMalformedJSON}}
@@ -345,7 +344,7 @@ func (d *Decoder) nextElement() (Item, error) {
 	if tooLong {
 		return d.tooLong(it, n), nil
 	}
-	if !json.Valid(d.buf) {
+	if !Valid(d.buf) {
 		pos, msg := syntaxError(d.buf)
 		return Item{}, d.syntaxErr(start+pos, fmt.Sprintf("element %d: %s", it.Index, msg))
 	}

@@ -178,7 +178,7 @@ func checkPayload(p json.RawMessage, max int, jsonChecked bool) error {
 	if len(t) == 0 {
 		return invalid("payload", "is empty; it must be a JSON object")
 	}
-	if !jsonChecked && !json.Valid(p) {
+	if !jsonChecked && !Valid(p) {
 		pos, msg := syntaxError(p)
 		return &ValidationError{Field: "payload", Reason: fmt.Sprintf("is not valid JSON at byte %d: %s", pos, msg), Err: ErrMalformedJSON}
 	}

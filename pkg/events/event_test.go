@@ -195,6 +195,13 @@ func TestDecodeStored(t *testing.T) {
 		{name: "no occurred_at", data: `{"tenant":"t","product_id":"p","version":1,"op":"delete"}`, wantErr: "occurred_at is required"},
 		{name: "not json", data: `{"tenant":`, wantErr: "stored event is not valid JSON at byte 10: unexpected end of JSON input"},
 		{name: "not object", data: `[]`, wantErr: "an event must be a JSON object, got array"},
+		{name: "bad payload", data: `{"tenant":"t","product_id":"p","version":1,"op":"upsert","occurred_at":"2024-01-01T00:00:00Z","payload":{"a":01}}`,
+			wantErr: "stored event is not valid JSON at byte 110: invalid character '1' after object key:value pair"},
+		{name: "payload not object", data: `{"tenant":"t","product_id":"p","version":1,"op":"upsert","occurred_at":"2024-01-01T00:00:00Z","payload":[1]}`,
+			wantErr: "payload must be a JSON object, got array"},
+		{name: "unknown op", data: `{"tenant":"t","product_id":"p","version":1,"op":"upsertx","occurred_at":"2024-01-01T00:00:00Z"}`, wantErr: `op "upsertx" is not one of upsert, delete`},
+		{name: "escaped names and op", data: `{"tenan\u0074":"t","product_id":"p","version":1,"op":"\u0064elete","occurred_at":"2024-01-01T00:00:00Z"}`},
+		{name: "escaped name twice", data: `{"tenant":"t","tenan\u0074":"u","product_id":"p","version":1,"op":"delete","occurred_at":"2024-01-01T00:00:00Z"}`, wantErr: "tenant appears more than once"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -56,7 +55,7 @@ func (e *Event) msg(requestID, expectStream string) *nats.Msg {
 // MarshalJSON writes the event in its wire form. It is equivalent to the
 // struct tags, only faster, and writes occurred_at in UTC.
 func (e Event) MarshalJSON() ([]byte, error) {
-	if len(e.Payload) > 0 && !json.Valid(e.Payload) {
+	if len(e.Payload) > 0 && !Valid(e.Payload) {
 		pos, msg := syntaxError(e.Payload)
 		return nil, &ValidationError{Field: "payload", Reason: fmt.Sprintf("is not valid JSON at byte %d: %s", pos, msg), Err: ErrMalformedJSON}
 	}
@@ -151,7 +150,7 @@ func appendString(b []byte, s string) []byte {
 // keep working when a newer publisher adds one, and it applies no size
 // limits (the publisher applied its own); every other rule of Validate holds.
 func Decode(data []byte) (Event, error) {
-	if !json.Valid(data) {
+	if !Valid(data) {
 		pos, msg := syntaxError(data)
 		return Event{}, &ValidationError{Reason: fmt.Sprintf("stored event is not valid JSON at byte %d: %s", pos, msg), Err: ErrMalformedJSON}
 	}
@@ -159,7 +158,7 @@ func Decode(data []byte) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	if err := ev.Validate(noLimits); err != nil {
+	if err := ev.validate(noLimits, true); err != nil { // the payload is part of data, checked above
 		return Event{}, err
 	}
 	return ev, nil

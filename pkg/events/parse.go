@@ -24,7 +24,7 @@ const (
 )
 
 // parseEvent decodes one event object from raw, which must be valid JSON
-// (callers check json.Valid first, so everything left to report is about the
+// (callers check Valid first, so everything left to report is about the
 // content). strict rejects unknown fields; field names are case-sensitive and
 // may appear once. A null value counts as absent. The returned event does
 // not alias raw. hasOccurredAt reports whether occurred_at was given.
@@ -48,7 +48,7 @@ func parseEvent(raw []byte, strict bool) (ev Event, hasOccurredAt bool, err erro
 			p = skipWS(raw, p+1)
 		}
 		kEnd := valueEnd(raw, p)
-		key, err := unquote(raw[p:kEnd])
+		key, err := fieldName(raw[p:kEnd])
 		if err != nil {
 			return ev, false, invalid("", "bad field name: %v", err)
 		}
@@ -81,9 +81,16 @@ func parseEvent(raw []byte, strict bool) (ev Event, hasOccurredAt bool, err erro
 		case seenProductID:
 			ev.ProductID, err = stringField(key, val)
 		case seenOp:
-			var s string
-			s, err = stringField(key, val)
-			ev.Op = Op(s)
+			switch string(val) { // the two ops without allocating
+			case `"upsert"`:
+				ev.Op = OpUpsert
+			case `"delete"`:
+				ev.Op = OpDelete
+			default:
+				var s string
+				s, err = stringField(key, val)
+				ev.Op = Op(s)
+			}
 		case seenKey:
 			ev.IdempotencyKey, err = stringField(key, val)
 		case seenVersion:
@@ -99,6 +106,30 @@ func parseEvent(raw []byte, strict bool) (ev Event, hasOccurredAt bool, err erro
 		}
 	}
 	return ev, hasOccurredAt, nil
+}
+
+// fieldName decodes a field name literal; a known name without escapes
+// comes back as the constant, without allocating.
+func fieldName(lit []byte) (string, error) {
+	if len(lit) >= 2 && bytes.IndexByte(lit, '\\') < 0 {
+		switch s := lit[1 : len(lit)-1]; string(s) {
+		case "tenant":
+			return "tenant", nil
+		case "product_id":
+			return "product_id", nil
+		case "version":
+			return "version", nil
+		case "op":
+			return "op", nil
+		case "occurred_at":
+			return "occurred_at", nil
+		case "payload":
+			return "payload", nil
+		case "idempotency_key":
+			return "idempotency_key", nil
+		}
+	}
+	return unquote(lit)
 }
 
 func fieldBit(key string) (int, bool) {

@@ -59,7 +59,7 @@ func (e envelope) size(n int) int { return len(e.prefix) + n + len(e.suffix) }
 // checks it against json.Marshal.
 func encodeEvent(r *sink.Record) ([]byte, error) {
 	e := &r.Event
-	if len(e.Payload) > 0 && !json.Valid(e.Payload) {
+	if len(e.Payload) > 0 && !events.Valid(e.Payload) {
 		return nil, errors.New("payload is not valid JSON")
 	}
 	if y := e.OccurredAt.Year(); y < 0 || y > 9999 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"sync"
@@ -378,7 +377,7 @@ func (s *Sink) check(e events.Event) error {
 		return nil
 	case len(e.Payload) > s.maxPayload:
 		return invalid(fmt.Sprintf("payload of %d bytes exceeds %d", len(e.Payload), s.maxPayload))
-	case !utf8.Valid(e.Payload) || !json.Valid(e.Payload):
+	case !utf8.Valid(e.Payload) || !events.Valid(e.Payload):
 		return invalid("payload is not valid JSON")
 	case !bytes.HasPrefix(bytes.TrimLeft(e.Payload, " \t\r\n"), []byte("{")):
 		return invalid("payload is not a JSON object")
