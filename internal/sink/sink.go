@@ -33,7 +33,7 @@ type Sink interface {
 	Name() string
 	// Apply applies a batch idempotently: re-applying changes nothing; an
 	// older version never overwrites a newer one; deletes are versioned
-	// tombstones.
+	// tombstones. It must not modify batch (the runtime reuses it).
 	//
 	// Permanent per-record problems are reported in the returned []error
 	// (len == len(batch), nil = applied, otherwise a *PermanentError) while

@@ -74,7 +74,6 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 	default:
 		return nil, false, nil
 	}
-	out = make([]Stored, 0, it.Count)
 	for from, n := range seqs {
 		for n > 0 {
 			b, err := r.get(ctx, it.Tenant, directGetRequest{Seq: from, Batch: n, NoHdr: true}, from, 0, ReadOptions{})
@@ -85,13 +84,20 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 			if k == 0 || k > uint64(n) || b.LastSeq != from+k-1 {
 				return nil, false, nil
 			}
-			for i, m := range b.Msgs {
-				seq := from + uint64(i)
+			for i := range b.Msgs {
+				m := &b.Msgs[i]
 				if !m.Bare { // a server that ignored no_hdr: read with headers, which checks subjects
 					return nil, false, nil
 				}
-				m.Seq, m.Time = seq, it.Times.At(len(out))
-				out = append(out, m)
+				m.Seq, m.Time = from+uint64(i), it.Times.At(len(out)+i)
+			}
+			switch {
+			case out == nil && len(b.Msgs) == it.Count: // the whole item in one reply, as usual
+				out = b.Msgs
+			case out == nil:
+				out = append(make([]Stored, 0, it.Count), b.Msgs...)
+			default:
+				out = append(out, b.Msgs...)
 			}
 			from, n = from+k, n-int(k) // a reply cut short by max_bytes continues
 		}

@@ -133,6 +133,9 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 		return Batch{}, fmt.Errorf("%w: %v", ErrStreamRead, err)
 	}
 	var b Batch
+	if max > 1 {
+		b.Msgs = make([]Stored, 0, min(max, 1000))
+	}
 	for {
 		var m *nats.Msg
 		select {

@@ -172,7 +172,7 @@ func (j *job) readStored(stop, ctx context.Context, read func(context.Context, w
 // tenant than the item's, naming it.
 func (j *job) decode() (seq uint64, tenant string, ok bool) {
 	it := j.item
-	j.letters, j.recs, j.src = nil, make([]sink.Record, 0, len(j.stored)), nil
+	j.letters, j.recs, j.src = nil, make([]sink.Record, 0, len(j.stored)), make([]int, 0, len(j.stored))
 	now := j.r.cfg.Now()
 	if missing := it.Count - len(j.stored); missing > 0 {
 		j.letters = append(j.letters, dlq.Letter{
@@ -233,10 +233,7 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 	cfg := j.r.cfg
 	bo := cfg.newBackOff()
 	for attempt := 1; len(todo) > 0; attempt++ {
-		batch := make([]sink.Record, len(todo))
-		for n, k := range todo {
-			batch[n] = j.recs[k]
-		}
+		batch := j.batch(todo)
 		if stop.Err() != nil {
 			return todo, errStopped
 		}
@@ -322,6 +319,27 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 		todo = retry
 	}
 	return nil, nil
+}
+
+// batch returns recs[todo]: recs itself when todo is every record in
+// order, as on a first attempt without dead letters (a sink does not
+// modify its batch), else a copy.
+func (j *job) batch(todo []int) []sink.Record {
+	all := len(todo) == len(j.recs)
+	for n, k := range todo {
+		if !all {
+			break
+		}
+		all = k == n
+	}
+	if all {
+		return j.recs
+	}
+	batch := make([]sink.Record, len(todo))
+	for n, k := range todo {
+		batch[n] = j.recs[k]
+	}
+	return batch
 }
 
 // noteWait records on the lease why the item is not finishing (status

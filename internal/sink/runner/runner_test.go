@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/dlq"
 	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -241,6 +243,73 @@ func TestUnknownErrorDeadLetteredAfterMaxAttempts(t *testing.T) {
 	}
 	if e.inUse("acme", "postgres") != 0 {
 		t.Error("lease not released")
+	}
+}
+
+// pickySink applies its first batch except one record it rejects for good
+// and one that fails for an unknown reason (retried); later batches go to
+// the inner sink whole. It records the products of every batch.
+type pickySink struct {
+	inner   sink.Sink
+	mu      sync.Mutex
+	batches [][]string
+}
+
+func (p *pickySink) Name() string { return p.inner.Name() }
+
+func (p *pickySink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) {
+	p.mu.Lock()
+	ids := make([]string, len(batch))
+	for i, r := range batch {
+		ids[i] = r.Event.ProductID
+	}
+	p.batches = append(p.batches, ids)
+	first := len(p.batches) == 1
+	p.mu.Unlock()
+	if !first {
+		return p.inner.Apply(ctx, batch)
+	}
+	errs := make([]error, len(batch))
+	var rest []sink.Record
+	for i, r := range batch {
+		switch r.Event.ProductID {
+		case "b":
+			errs[i] = sink.Permanent("b is refused", nil)
+		case "c":
+			errs[i] = errMystery
+		default:
+			rest = append(rest, r)
+		}
+	}
+	if _, err := p.inner.Apply(ctx, rest); err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
+
+// A retry applies only the records that failed and may succeed: not the
+// applied ones again, not the dead-lettered one.
+func TestRetryAppliesOnlyWhatFailed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	p := &pickySink{inner: e.pg}
+	cfg := e.fastConfig()
+	cfg.Backoff = runner.Backoff{Initial: time.Millisecond, Max: time.Millisecond, MaxElapsed: time.Minute}
+	r, _ := e.start(p, cfg)
+	e.publish(upsert("acme", "a", 1), upsert("acme", "b", 1), upsert("acme", "c", 1), upsert("acme", "d", 1))
+	e.dispatch("acme", "postgres", 4)
+	e.drained(r.Config().Consumer)
+	p.mu.Lock()
+	got := fmt.Sprint(p.batches)
+	p.mu.Unlock()
+	if want := "[[a b c d] [c]]"; got != want {
+		t.Errorf("batches %s, want %s", got, want)
+	}
+	if ls := e.letters(dlq.Filter{}); len(ls) != 1 || !strings.Contains(ls[0].Reason, "b is refused") {
+		t.Errorf("letters %+v, want one for b", ls)
+	}
+	if n := e.rows("acme"); n != 3 {
+		t.Errorf("%d rows, want 3 (a, c, d)", n)
 	}
 }
 
