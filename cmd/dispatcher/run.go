@@ -134,11 +134,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err := <-httpDone; err != nil {
 		log.Warn("http server", "err", err)
 	}
-	if err := nc.Drain(); err != nil {
-		log.Warn("nats drain", "err", err)
-	}
-	if err := bellNC.Drain(); err != nil {
-		log.Warn("nats drain (doorbell connection)", "err", err)
-	}
+	bootstrap.DrainNATS(nc, 10*time.Second, log)
+	bootstrap.DrainNATS(bellNC, 10*time.Second, log)
 	return runErr
 }

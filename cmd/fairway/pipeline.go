@@ -297,13 +297,14 @@ func (p *pipeline) process(ctx context.Context, name string, log *slog.Logger) (
 	return &proc{nc: nc, js: js, pool: pool, store: store}, nil
 }
 
-// connect opens a NATS connection named "fairway-<name>", closed at Close.
+// connect opens a NATS connection named "fairway-<name>", drained at
+// Close (after the components stopped, before the server shuts down).
 func (p *pipeline) connect(name string) (*nats.Conn, error) {
 	nc, err := nats.Connect(p.NATSServer.ClientURL(), nats.Name("fairway-"+name))
 	if err != nil {
 		return nil, err
 	}
-	p.onClose(nc.Close)
+	p.onClose(func() { bootstrap.DrainNATS(nc, 5*time.Second, p.log) })
 	return nc, nil
 }
 

@@ -81,8 +81,6 @@ func run(ctx context.Context, cfg Config) error {
 	if err := srv.Close(closeCtx); err != nil {
 		log.Warn("imports did not stop in time", "err", err)
 	}
-	if err := nc.Drain(); err != nil {
-		log.Warn("nats drain", "err", err)
-	}
+	bootstrap.DrainNATS(nc, 10*time.Second, log)
 	return serveErr
 }

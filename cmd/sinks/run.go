@@ -95,9 +95,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err := <-httpErr; err != nil && runErr == nil {
 		runErr = err
 	}
-	if err := nc.Drain(); err != nil {
-		log.Warn("nats drain", "err", err)
-	}
+	bootstrap.DrainNATS(nc, 10*time.Second, log)
 	return runErr
 }
 

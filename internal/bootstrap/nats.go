@@ -42,3 +42,25 @@ func ConnectNATS(ctx context.Context, url, name string, log *slog.Logger) (*nats
 	}
 	return nc, nil
 }
+
+// DrainNATS drains nc and waits until it is closed, at most timeout:
+// subscriptions stop, messages already delivered to them are handled, and
+// what the connection buffered (acks, publishes) is flushed. nc.Drain alone
+// returns at once and drains in the background, so a Close right after it
+// (a deferred one, say) cut the drain short.
+func DrainNATS(nc *nats.Conn, timeout time.Duration, log *slog.Logger) {
+	if err := nc.Drain(); err != nil {
+		log.Warn("nats drain", "name", nc.Opts.Name, "err", err)
+		nc.Close()
+		return
+	}
+	deadline := time.Now().Add(timeout)
+	for !nc.IsClosed() {
+		if time.Now().After(deadline) {
+			log.Warn("nats drain did not finish; closing", "name", nc.Opts.Name, "after", timeout)
+			nc.Close()
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
