@@ -202,15 +202,19 @@ func BenchmarkReplayImpact(b *testing.B) {
 	}
 	b.ReportMetric(onTime.Seconds(), "replay_s")
 	b.ReportMetric(float64(n)/onTime.Seconds(), "replay_events_per_s")
+	bare, headers := readEvents(b, reg, "true")
+	if bare+headers > 0 {
+		b.ReportMetric(bare/(bare+headers), "replay_bare_frac")
+	}
 	b.ReportMetric(0, "ns/op")
 	b.Logf("%d events of %s published in %v; %d windows of %v without the replay: %d small events (%d never applied), p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; "+
 		"%d windows with it (%d events in %v running, %.0f events/s): %d small events (%d never applied), p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; "+
-		"late publishes %d, publish errors %d, sink calls %d",
+		"late publishes %d, publish errors %d, sink calls %d; replayed events read bare %.0f, with headers %.0f",
 		n, bigTenant, pubTook.Round(time.Millisecond), len(off), window, len(base), baseMissing,
 		benchPct(base, 50), benchPct(base, 90), benchPct(base, 99), benchPct(base, 100),
 		len(on), n, onTime.Round(time.Millisecond), float64(n)/onTime.Seconds(), len(during), duringMissing,
 		benchPct(during, 50), benchPct(during, 90), benchPct(during, 99), benchPct(during, 100),
-		tr.late.Load(), tr.errs.Load(), fs.calls.Load())
+		tr.late.Load(), tr.errs.Load(), fs.calls.Load(), bare, headers)
 	if tr.errs.Load() > 0 {
 		b.Errorf("%d small-tenant publishes failed", tr.errs.Load())
 	}
@@ -535,4 +539,36 @@ func benchEnvDuration(tb testing.TB, name string, def time.Duration) time.Durati
 		tb.Fatalf("%s=%q: want a positive duration", name, v)
 	}
 	return d
+}
+
+// readEvents returns the sink runner's events read bare and with headers
+// (fairway_sink_read_events_total) for replayed items (replay "true") or
+// live ones ("false").
+func readEvents(tb testing.TB, reg prometheus.Gatherer, replay string) (bare, headers float64) {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "fairway_sink_read_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["replay"] != replay {
+				continue
+			}
+			switch labels["mode"] {
+			case "bare":
+				bare += m.GetCounter().GetValue()
+			case "headers":
+				headers += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return bare, headers
 }
