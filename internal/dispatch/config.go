@@ -27,7 +27,7 @@ const (
 	BackfillDefault        = 2_000_000
 	ReplayRateDefault      = 5_000
 	ReplayBatchDefault     = 100
-	ReplayLookaheadDefault = 5_000
+	ReplayLookaheadDefault = 1_000
 	HeartbeatDefault       = 2 * time.Second
 )
 
@@ -131,9 +131,10 @@ type Config struct {
 	// the tenant's subjects, fetching only while it holds fewer, so that
 	// replayed items carry store times (the sinks read them without
 	// headers) without a million-entry index for a million-event replay.
-	// About 4 bytes an event. Negative: no feeds; replays are cut by
-	// arithmetic or read, and their items carry no times. Default 5,000
-	// (a second of a replay at the default rate).
+	// It fetches 2 replay batches at a time. About 4 bytes an event.
+	// Negative: no feeds; replays are cut by arithmetic or read, and their
+	// items carry no times. Default 1,000 (10 replay batches, a fifth of a
+	// second at the default rate).
 	ReplayLookahead int
 
 	// ScanParallelism is how many backlog probes (one batched direct get
