@@ -59,11 +59,11 @@ const (
 	feedInactive    = 2 * time.Minute // the server deletes a feed's consumer left alone this long (a crashed dispatcher's)
 	feedMaxFailures = 3               // consecutive failures before a feed gives up
 	// A fetch asks for at most this many replay batches (Config.ReplayBatch)
-	// of events: small pulls keep pace with the replay's grants. Pulls of
-	// half the look-ahead (2,500 events every half second) came as bursts
-	// on the doorbell's connection and the server, and raised the other
-	// tenants' p99 in BenchmarkReplayImpact (6.6 → 16.2 ms) although every
-	// replayed event was read bare.
+	// of events: small pulls keep pace with the replay's grants instead of
+	// coming as bursts on the doorbell's connection and the server (one
+	// BenchmarkReplayImpact run with pulls of up to 5,000 events: the
+	// other tenants' p99 6.6 → 16.2 ms, within reach of this machine's
+	// noise, but bursts are what a p99 feels).
 	feedChunkBatches = 2
 )
 
