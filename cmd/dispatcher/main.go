@@ -68,6 +68,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.IntVar(&c.Dispatch.GrantBatches, "grant-batches", dispatch.GrantBatchesDefault, "most batches one grant dispatches in one read, one SQL statement and one publish round")
 	fs.IntVar(&c.Dispatch.ReplayRate, "replay-rate", dispatch.ReplayRateDefault, "events per second a replaying tenant is dispatched at per destination, unless its replay set a rate (fairway replay --rate); negative: unthrottled")
 	fs.IntVar(&c.Dispatch.ReplayBatch, "replay-batch", dispatch.ReplayBatchDefault, "most events per replayed work item (at most --batch-size)")
+	fs.IntVar(&c.Dispatch.ReplayLookahead, "replay-lookahead", dispatch.ReplayLookaheadDefault, "most events a replay feed (one headers-only consumer per replaying tenant and destination) holds ahead of the cursor, so replayed items carry store times; negative: no feeds")
 	fs.IntVar(&c.Dispatch.Concurrency, "concurrency", dispatch.ConcurrencyDefault, "grants dispatched at once per destination")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", tenancy.LeaseTTLDefault, "slot lease time; an unextended batch lease is re-dispatched after it")
 	fs.DurationVar(&c.Dispatch.PollInterval, "poll-interval", dispatch.PollIntervalDefault, "fallback backlog rescan interval")

@@ -27,6 +27,7 @@ const (
 	BackfillDefault        = 2_000_000
 	ReplayRateDefault      = 5_000
 	ReplayBatchDefault     = 100
+	ReplayLookaheadDefault = 1_000
 	HeartbeatDefault       = 2 * time.Second
 )
 
@@ -124,6 +125,18 @@ type Config struct {
 	// 100.
 	ReplayBatch int
 
+	// ReplayLookahead is the most events a replay feed holds ahead of a
+	// replaying pair's cursor (replay_feed.go): it learns the replayed
+	// events' sequences and store times from one headers-only consumer of
+	// the tenant's subjects, fetching only while it holds fewer, so that
+	// replayed items carry store times (the sinks read them without
+	// headers) without a million-entry index for a million-event replay.
+	// It fetches 2 replay batches at a time. About 4 bytes an event.
+	// Negative: no feeds; replays are cut by arithmetic or read, and their
+	// items carry no times. Default 1,000 (10 replay batches, a fifth of a
+	// second at the default rate).
+	ReplayLookahead int
+
 	// ScanParallelism is how many backlog probes (one batched direct get
 	// each) the startup and poll scans run at once. Default 16.
 	ScanParallelism int
@@ -160,6 +173,7 @@ func (c *Config) WithDefaults() *Config {
 	out.ScanParallelism = cmp.Or(c.ScanParallelism, ScanParallelismDefault)
 	out.Backfill = cmp.Or(c.Backfill, BackfillDefault)
 	out.ReplayRate = cmp.Or(c.ReplayRate, ReplayRateDefault)
+	out.ReplayLookahead = cmp.Or(c.ReplayLookahead, ReplayLookaheadDefault)
 	out.ReplayBatch = min(cmp.Or(c.ReplayBatch, ReplayBatchDefault), out.BatchSize)
 	out.Stream = cmp.Or(c.Stream, events.StreamName)
 	if out.Clock == nil {

@@ -54,6 +54,9 @@ type tenantState struct {
 	// tenant's (a replayed import, say): batches are cut from it by
 	// arithmetic, without reading PRODUCTS. 0: not known.
 	denseUntil uint64
+	// feed learns the replayed range's sequences and store times while
+	// this dispatcher replays the pair (replay_feed.go); nil: none.
+	feed *replayFeed
 }
 
 func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
@@ -173,7 +176,11 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	var times []*work.Times
 	if ok {
 		times = x.indexTimes(ts, ranges, counts)
-	} else {
+	} else if replayUntil > from {
+		ranges, counts, lists, times, first, pending, ok = x.fromFeed(ts, k.Tenant, from, n)
+		source = "feed"
+	}
+	if !ok {
 		ranges, counts, pending, ok = x.dense(ts, from, n)
 		lists, source = make([][]uint64, len(ranges)), "dense"
 		times = make([]*work.Times, len(ranges)) // not known: the sink reads them
@@ -214,6 +221,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		ts.cursor = 0
 		if cerr == nil {
 			ts.cursor = c
+			x.endFeed(ts)
 		}
 		_ = x.sched.Done(k, 0, 0)
 		x.mu.Unlock()
@@ -482,6 +490,7 @@ func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells
 	ts := x.state(k.Tenant)
 	ts.granted = false
 	ts.cursor = next
+	x.endFeed(ts)
 	backlog := int64(pending)
 	if backlog == 0 && ts.bells != bells && ts.lastSeq >= next {
 		backlog = int64(ts.lastSeq - next + 1) // events arrived after the read: an upper bound
@@ -594,6 +603,7 @@ func (x *destination) seed(p tenancy.PairState, backlog, lastSeq, dense uint64) 
 		ts.cursor = p.NextSeq
 		x.sched.SetBacklog(x.key(p.Tenant), int64(backlog), ts.weight)
 	}
+	x.endFeed(ts)
 	x.mu.Unlock()
 	if backlog > 0 {
 		x.kick()

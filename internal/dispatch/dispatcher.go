@@ -73,6 +73,7 @@ type Dispatcher struct {
 	recoverKick chan struct{}
 	beatKick    chan struct{}  // heartbeat now: a dispatcher joined or left
 	reloads     sync.WaitGroup // reloadPair calls
+	feeds       sync.WaitGroup // replay feeds (replay_feed.go)
 
 	// The index (seq_index.go) is exact for sequences from liveFrom on,
 	// as the doorbell delivers them, and for [backFrom, liveFrom) once the
@@ -92,6 +93,8 @@ type hooks struct {
 	beforeDispatch func(scheduler.Grant)           // a grant is about to be read
 	afterCommit    func([]tenancy.Lease)           // a grant's batches committed; no item published yet
 	onBell         func(tenant string, seq uint64) // the doorbell rang for tenant
+	feedConsumer   func(*jetstream.ConsumerConfig) // a replay feed is about to create its consumer
+	feedHeld       func(n int)                     // a replay feed added an event and now holds n
 }
 
 // New returns a Dispatcher. It does nothing until Run.
@@ -202,6 +205,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	grace := time.AfterFunc(d.cfg.ShutdownGrace, cancelWork)
 	defer grace.Stop()
 	d.loops.Wait()
+	d.feeds.Wait() // their context ended with ctx; no loop starts one now
 	aux.Wait()
 	d.reloads.Wait()
 	d.log.Info("dispatcher stopped", "holder", d.cfg.Holder)

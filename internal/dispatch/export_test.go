@@ -11,6 +11,15 @@ import (
 func (d *Dispatcher) SetBeforeDispatch(f func(scheduler.Grant))   { d.hooks.beforeDispatch = f }
 func (d *Dispatcher) SetAfterCommit(f func([]tenancy.Lease))      { d.hooks.afterCommit = f }
 func (d *Dispatcher) SetOnBell(f func(tenant string, seq uint64)) { d.hooks.onBell = f }
+func (d *Dispatcher) SetFeedHeld(f func(n int))                   { d.hooks.feedHeld = f }
+
+// Feeds returns how many replay feeds are running.
+func (d *Dispatcher) Feeds() float64 { return testutil.ToFloat64(d.m.feeds) }
+
+// FeedErrors returns how many of dest's replay feeds gave up.
+func (d *Dispatcher) FeedErrors(dest string) float64 {
+	return testutil.ToFloat64(d.m.errors.WithLabelValues(dest, "replay_feed"))
+}
 
 // Grants returns how many grants of dest took their sequences from source
 // ("index", "dense" or "read").

@@ -120,8 +120,12 @@ func (d *Dispatcher) beatNow() {
 // repark parks the pairs of x another dispatcher owns and unparks x's own.
 func (x *destination) repark() {
 	x.mu.Lock()
-	for t := range x.tenants {
-		x.sched.SetParked(x.key(t), !x.d.owns(t, x.name))
+	for t, ts := range x.tenants {
+		parked := !x.d.owns(t, x.name)
+		x.sched.SetParked(x.key(t), parked)
+		if parked {
+			x.stopFeed(ts) // the owner replays it now; a feed here would only cost the server
+		}
 	}
 	x.mu.Unlock()
 	x.kick()

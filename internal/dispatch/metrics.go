@@ -22,6 +22,7 @@ type metrics struct {
 	throttled  *prometheus.CounterVec   // dest: grants a replay's rate held back
 	scanSecond prometheus.Histogram
 	members    prometheus.Gauge // dispatchers alive at the last heartbeat
+	feeds      prometheus.Gauge // replay feeds running
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		items: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "items_total", Help: "Work items handed to stream WORK, by destination."}, []string{"dest"}),
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "grants_total", Help: "Grants with events, by destination and where their sequence numbers came from: index (what the doorbell or backfill delivered), dense (a replayed range known to hold only the tenant's events, cut without reading) or read (a direct get of PRODUCTS)."}, []string{"dest", "source"}),
+			Name: "grants_total", Help: "Grants with events, by destination and where their sequence numbers came from: index (what the doorbell or backfill delivered), feed (what a replay feed delivered), dense (a replayed range known to hold only the tenant's events, cut without reading) or read (a direct get of PRODUCTS)."}, []string{"dest", "source"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "events_total", Help: "Events covered by dispatched work items, by destination."}, []string{"dest"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
@@ -63,9 +64,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replay_throttled_total", Help: "Grants of a replaying tenant held back by the replay's rate, by destination."}, []string{"dest"}),
 		scanSecond: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "scan_seconds", Help: "Duration of a full backlog scan.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
+		feeds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "replay_feeds", Help: "Replay feeds running: one consumer of PRODUCTS per (tenant, destination) this dispatcher is replaying, which learns the replayed events' sequences and store times."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.scanSecond, m.members} {
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.scanSecond, m.members, m.feeds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,7 +60,12 @@ import (
 // p99 in the windows without and with the replay, p99_ratio = with /
 // without (the target: below 1.10), the replay's running time and
 // rate. FAIRWAY_BENCH_REPLAY_RATE (events/s, or "unlimited") and
-// FAIRWAY_BENCH_REPLAY_BATCH override the replay's rate and item size.
+// FAIRWAY_BENCH_REPLAY_BATCH override the replay's rate and item size,
+// FAIRWAY_BENCH_REPLAY_LOOKAHEAD the dispatcher's ReplayLookahead ("off":
+// no replay feed). Also reported: the fraction of replayed events the sink
+// runner read bare (replay_bare_frac) and the process CPU the replay added
+// per replayed event (replay_cpu_us_per_event: CPU in the windows with the
+// replay less the same time's worth of the windows without).
 //
 // Run: FAIRWAY_BENCH_REPLAY_EVENTS=200000 go test -run '^$' -bench BenchmarkReplayImpact -benchtime 1x ./internal/replay/
 func BenchmarkReplayImpact(b *testing.B) {
@@ -73,6 +79,14 @@ func BenchmarkReplayImpact(b *testing.B) {
 		rate = benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_RATE", 0)
 	}
 	window := benchEnvDuration(b, "FAIRWAY_BENCH_WINDOW", 10*time.Second)
+	lookahead := dispatch.ReplayLookaheadDefault
+	switch v := os.Getenv("FAIRWAY_BENCH_REPLAY_LOOKAHEAD"); v {
+	case "":
+	case "off":
+		lookahead = -1
+	default:
+		lookahead = benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_LOOKAHEAD", 0)
+	}
 	const (
 		bigTenant = "big"
 		small     = 50
@@ -110,7 +124,8 @@ func BenchmarkReplayImpact(b *testing.B) {
 	}
 	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg},
 		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench", PollInterval: time.Second,
-			ReplayBatch: benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_BATCH", dispatch.ReplayBatchDefault)})
+			ReplayBatch:     benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_BATCH", dispatch.ReplayBatchDefault),
+			ReplayLookahead: lookahead})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -147,6 +162,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 		}
 	}
 	pause(true)
+	grantsBefore := grantSources(b, reg)
 	replayFrom := time.Now()
 	rs, err := svc.Start(ctx, replay.Request{Tenant: bigTenant, Dest: tenancy.DestPostgres, FromSeq: first, Rate: rate})
 	if err != nil {
@@ -158,6 +174,11 @@ func BenchmarkReplayImpact(b *testing.B) {
 	var (
 		off, on []timeWindow
 		onTime  time.Duration
+		// This process's CPU time (the NATS server, dispatcher and sink
+		// runner all run in it) in the windows with and without the
+		// replay: what the replay costs the machine, which a p99 on a
+		// shared 2-core machine shows only through its noise.
+		onCPU, offCPU, offTime time.Duration
 	)
 	replayDeadline := replayFrom.Add(40 * time.Minute)
 	done := func() bool { return fs.bigApplied.Load() >= int64(n) }
@@ -167,15 +188,21 @@ func BenchmarkReplayImpact(b *testing.B) {
 		}
 		pause(!running)
 		w := timeWindow{from: time.Now()}
+		cpu0 := processCPU(b)
 		pollUntil(ctx, w.from.Add(window), func() bool { return running && done() })
 		w.to = time.Now()
+		cpu := processCPU(b) - cpu0
 		if running {
-			on, onTime = append(on, w), onTime+w.to.Sub(w.from)
+			on, onTime, onCPU = append(on, w), onTime+w.to.Sub(w.from), onCPU+cpu
 		} else {
-			off = append(off, w)
+			off, offTime, offCPU = append(off, w), offTime+w.to.Sub(w.from), offCPU+cpu
 		}
 	}
 	replayTo := time.Now()
+	grantsDuring := grantSources(b, reg)
+	for k, v := range grantsBefore {
+		grantsDuring[k] -= v
+	}
 	// One more window without the replay, so both sides have as many.
 	if len(off) <= len(on) {
 		w := timeWindow{from: time.Now()}
@@ -202,15 +229,26 @@ func BenchmarkReplayImpact(b *testing.B) {
 	}
 	b.ReportMetric(onTime.Seconds(), "replay_s")
 	b.ReportMetric(float64(n)/onTime.Seconds(), "replay_events_per_s")
+	// CPU the replay added: the windows with it less what the same time
+	// cost without it, per replayed event.
+	extra := onCPU.Seconds() - offCPU.Seconds()/offTime.Seconds()*onTime.Seconds()
+	b.ReportMetric(extra/float64(n)*1e6, "replay_cpu_us_per_event")
+	bare, headers := readEvents(b, reg, "true")
+	b.Logf("dispatcher grants by source from the replay's start to its end (replay and live): %v", grantsDuring)
+	if bare+headers > 0 {
+		b.ReportMetric(bare/(bare+headers), "replay_bare_frac")
+	}
 	b.ReportMetric(0, "ns/op")
 	b.Logf("%d events of %s published in %v; %d windows of %v without the replay: %d small events (%d never applied), p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; "+
 		"%d windows with it (%d events in %v running, %.0f events/s): %d small events (%d never applied), p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; "+
-		"late publishes %d, publish errors %d, sink calls %d",
+		"late publishes %d, publish errors %d, sink calls %d; replayed events read bare %.0f, with headers %.0f; "+
+		"process CPU %.1f%% of a core without the replay, %.1f%% with it (%.1f µs per replayed event)",
 		n, bigTenant, pubTook.Round(time.Millisecond), len(off), window, len(base), baseMissing,
 		benchPct(base, 50), benchPct(base, 90), benchPct(base, 99), benchPct(base, 100),
 		len(on), n, onTime.Round(time.Millisecond), float64(n)/onTime.Seconds(), len(during), duringMissing,
 		benchPct(during, 50), benchPct(during, 90), benchPct(during, 99), benchPct(during, 100),
-		tr.late.Load(), tr.errs.Load(), fs.calls.Load())
+		tr.late.Load(), tr.errs.Load(), fs.calls.Load(), bare, headers,
+		100*offCPU.Seconds()/offTime.Seconds(), 100*onCPU.Seconds()/onTime.Seconds(), extra/float64(n)*1e6)
 	if tr.errs.Load() > 0 {
 		b.Errorf("%d small-tenant publishes failed", tr.errs.Load())
 	}
@@ -535,4 +573,69 @@ func benchEnvDuration(tb testing.TB, name string, def time.Duration) time.Durati
 		tb.Fatalf("%s=%q: want a positive duration", name, v)
 	}
 	return d
+}
+
+// readEvents returns the sink runner's events read bare and with headers
+// (fairway_sink_read_events_total) for replayed items (replay "true") or
+// live ones ("false").
+func readEvents(tb testing.TB, reg prometheus.Gatherer, replay string) (bare, headers float64) {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "fairway_sink_read_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["replay"] != replay {
+				continue
+			}
+			switch labels["mode"] {
+			case "bare":
+				bare += m.GetCounter().GetValue()
+			case "headers":
+				headers += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return bare, headers
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// grantSources returns fairway_dispatcher_grants_total by source.
+func grantSources(tb testing.TB, reg prometheus.Gatherer) map[string]float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "fairway_dispatcher_grants_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,6 +146,15 @@ func (j *job) read(stop, ctx context.Context) error {
 		}
 		j.decode()
 	}
+	bare := 0
+	for _, s := range j.stored {
+		if s.Bare {
+			bare++
+		}
+	}
+	replay := strconv.FormatBool(j.item.Replay)
+	j.r.m.readEvents.WithLabelValues("bare", replay).Add(float64(bare))
+	j.r.m.readEvents.WithLabelValues("headers", replay).Add(float64(len(j.stored) - bare))
 	j.fails = make([]failure, len(j.recs))
 	return nil
 }

@@ -27,6 +27,7 @@ type metrics struct {
 	endToEnd    prometheus.Observer
 	inFlight    prometheus.Gauge
 	staleLeases prometheus.Counter
+	readEvents  *prometheus.CounterVec // mode (bare, headers), replay
 }
 
 func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
@@ -58,7 +59,11 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 	stale := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fairway_sink_stale_leases_total", Help: "Leases found fenced out (re-dispatched) on extend or release.",
 	}, []string{"dest"})
-	for _, c := range []prometheus.Collector{applied, items, itemSeconds, retries, deadLetters, endToEnd, inFlight, stale} {
+	readEvents := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fairway_sink_read_events_total",
+		Help: "Events read from PRODUCTS for work items, by how (bare: bodies only, the item carried their store times; headers: with the server's six headers) and whether the item was a replay.",
+	}, []string{"dest", "mode", "replay"})
+	for _, c := range []prometheus.Collector{applied, items, itemSeconds, retries, deadLetters, endToEnd, inFlight, stale, readEvents} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -77,6 +82,8 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 					deadLetters = v
 				case stale:
 					stale = v
+				case readEvents:
+					readEvents = v
 				}
 			case *prometheus.HistogramVec:
 				if c == itemSeconds {
@@ -97,5 +104,6 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 	m.endToEnd = endToEnd.With(l)
 	m.inFlight = inFlight.With(l)
 	m.staleLeases = stale.With(l)
+	m.readEvents = readEvents.MustCurryWith(l)
 	return m, nil
 }

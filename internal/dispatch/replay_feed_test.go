@@ -1,0 +1,264 @@
+package dispatch_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// A replay's items are cut from its feed: each carries its events' store
+// times (to the millisecond, as PRODUCTS stored them), the replayed range
+// is covered exactly once, and the feed never holds more than
+// ReplayLookahead events. Both for a dense range (which would otherwise be
+// cut by arithmetic, without times) and for one interleaved with another
+// tenant (which would otherwise be read).
+func TestReplayFeedCarriesTimes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		interleaved bool
+	}{{"dense", false}, {"interleaved", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const (
+				n         = 3000
+				batch     = 100
+				itemSize  = 50 // events per replayed item: interleaved, they are listed (work.SeqsMax)
+				lookahead = 400
+			)
+			e := setup(t, time.Minute)
+			e.tenant("big", 1, 8, pg)
+			e.tenant("other", 1, 8, pg)
+			var seqs []uint64
+			if tc.interleaved {
+				for range n / 30 {
+					seqs = append(seqs, e.publish("big", 30)...)
+					e.publish("other", 3)
+				}
+			} else {
+				seqs = e.publish("big", n)
+			}
+			var (
+				mu   sync.Mutex
+				peak int
+			)
+			d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, ReplayBatch: itemSize, PollInterval: time.Hour, ReplayLookahead: lookahead}, func(d *dispatch.Dispatcher) {
+				d.SetFeedHeld(func(n int) {
+					mu.Lock()
+					peak = max(peak, n)
+					mu.Unlock()
+				})
+			})
+			s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
+			e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
+			before := len(s.snapshot())
+			reads, dense, index := d.Grants(pg, "read"), d.Grants(pg, "dense"), d.Grants(pg, "index")
+
+			// 10,000 events/s: a few fetches of the feed per second, each
+			// bounded by the look-ahead.
+			if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: seqs[0], Rate: 10_000}); err != nil {
+				t.Fatal(err)
+			}
+			e.waitFor("big's events dispatched twice", func() bool { return s.events("big") >= 2*n })
+			replayed := filterTenant(s.snapshot()[before:], "big")
+			checkExactlyOnce(t, replayed, map[string][]uint64{"big": seqs}, false)
+
+			// The first grant is cut as before while the feed starts (and,
+			// under load, perhaps one more); the last batch of the first pass
+			// may still be in the backfill's index; every other grant comes
+			// from the feed.
+			feed := d.Grants(pg, "feed")
+			others := d.Grants(pg, "read") - reads + d.Grants(pg, "dense") - dense
+			indexed := d.Grants(pg, "index") - index
+			if others > 2 || feed < float64(len(replayed))-others-indexed {
+				t.Errorf("replay grants: %.0f from the feed, %.0f from the index, %.0f read or dense, for %d items", feed, indexed, others, len(replayed))
+			}
+			rd := work.NewReader(e.nc, "")
+			without := 0
+			for _, it := range replayed {
+				if !it.Replay {
+					t.Errorf("item %d..%d not flagged as a replay", it.FromSeq, it.ToSeq)
+				}
+				if it.Times == nil {
+					without++
+					continue
+				}
+				stored, err := rd.ReadItemHeaders(e.ctx, it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(stored) != it.Count {
+					t.Fatalf("item %d..%d: %d events stored, count %d", it.FromSeq, it.ToSeq, len(stored), it.Count)
+				}
+				for i, m := range stored {
+					if at := it.Times.At(i); !at.Equal(time.UnixMilli(m.Time.UnixMilli())) {
+						t.Fatalf("item %d..%d event %d: time %v, stored %v", it.FromSeq, it.ToSeq, i, at, m.Time)
+					}
+				}
+				// What the sinks do with it: bodies only.
+				bare, err := rd.ReadItem(e.ctx, it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(bare) != it.Count || !bare[0].Bare {
+					t.Fatalf("item %d..%d (%d events, %d listed) not read bare", it.FromSeq, it.ToSeq, it.Count, len(it.Seqs))
+				}
+			}
+			if without > int(others) {
+				t.Errorf("%d of %d replayed items carry no store times (%.0f grants not from the feed)", without, len(replayed), others)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if peak == 0 || peak > lookahead {
+				t.Errorf("the feed held up to %d events, bound %d", peak, lookahead)
+			}
+			t.Logf("%d replayed items, %.0f grants from the feed, %.0f from the index, %.0f read or dense, feed held at most %d events", len(replayed), feed, indexed, others, peak)
+
+			// At the replay's end the feed is gone, its consumer too: only
+			// the doorbell (and perhaps the finished backfill's, going away)
+			// consume PRODUCTS.
+			e.waitFor("the feed stopped", func() bool { return d.Feeds() == 0 })
+			e.waitFor("the feed's consumer deleted", func() bool { return e.feedConsumers() == 0 })
+		})
+	}
+}
+
+// A feed that cannot start (the stream is at its consumer limit) leaves
+// the replay to the arithmetic as before: dispatched exactly once, nothing
+// lost.
+func TestReplayFeedFallback(t *testing.T) {
+	t.Parallel()
+	const n, batch = 2000, 100
+	e := setup(t, time.Minute)
+	e.tenant("big", 1, 8, pg)
+	seqs := e.publish("big", n)
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, Backfill: -1}, nil)
+	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
+	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
+	before := len(s.snapshot())
+	// The doorbell is PRODUCTS' one consumer; no room for a feed's.
+	e.waitFor("the doorbell alone", func() bool { return e.productsConsumers() == 1 })
+	e.setMaxConsumers(1)
+
+	if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: seqs[0], Rate: 4000}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("big's events dispatched twice", func() bool { return s.events("big") >= 2*n })
+	checkExactlyOnce(t, filterTenant(s.snapshot()[before:], "big"), map[string][]uint64{"big": seqs}, false)
+	if got := d.Grants(pg, "feed"); got != 0 {
+		t.Errorf("%.0f grants from a feed that cannot have started", got)
+	}
+	if got := d.FeedErrors(pg); got != 1 {
+		t.Errorf("%.0f feeds gave up, want 1 (and no retry for every grant)", got)
+	}
+	if d.Grants(pg, "dense") == 0 {
+		t.Errorf("the replay was not cut by arithmetic")
+	}
+}
+
+// A cancelled replay stops its feed and deletes its consumer, and so does
+// a dispatcher that stops mid-replay.
+func TestReplayFeedStops(t *testing.T) {
+	t.Parallel()
+	const n, batch = 3000, 100
+	e := setup(t, time.Minute)
+	e.tenant("big", 1, 8, pg)
+	seqs := e.publish("big", n)
+	ctx, stop := context.WithCancel(e.ctx)
+	d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc}, &dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, Backfill: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
+	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
+	e.waitFor("the doorbell alone", func() bool { return e.productsConsumers() == 1 })
+
+	replay := func() {
+		t.Helper()
+		feed := d.Grants(pg, "feed")
+		if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: seqs[0], Rate: 200}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the replay cut from its feed", func() bool { return d.Grants(pg, "feed") > feed && d.Feeds() == 1 })
+		if got := e.feedConsumers(); got != 1 {
+			t.Fatalf("%d feed consumers on PRODUCTS during a replay, want 1", got)
+		}
+	}
+	replay()
+	if _, err := e.st.AdvanceCursor(e.ctx, "big", pg, seqs[n-1]+1); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the cancelled replay's feed stopped", func() bool { return d.Feeds() == 0 })
+	e.waitFor("its consumer deleted", func() bool { return e.feedConsumers() == 0 })
+
+	replay() // again, to stop it with the dispatcher
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil // for the cleanup
+	if got := d.Feeds(); got != 0 {
+		t.Errorf("%.0f feeds running after the dispatcher stopped", got)
+	}
+	if got := e.feedConsumers(); got != 0 {
+		t.Errorf("%d feed consumers left on PRODUCTS after the dispatcher stopped", got)
+	}
+}
+
+// productsConsumers is the number of consumers PRODUCTS has.
+func (e *env) productsConsumers() int {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, events.StreamName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+// feedConsumers is the number of replay feeds' consumers on PRODUCTS.
+func (e *env) feedConsumers() int {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, events.StreamName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	l := s.ListConsumers(e.ctx)
+	for c := range l.Info() {
+		if strings.HasPrefix(c.Config.Description, "fairway replay feed") {
+			n++
+		}
+	}
+	if err := l.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// setMaxConsumers limits the consumers of PRODUCTS.
+func (e *env) setMaxConsumers(n int) {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, events.StreamName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxConsumers = n
+	if _, err := e.js.UpdateStream(e.ctx, cfg); err != nil {
+		e.t.Fatalf("PRODUCTS MaxConsumers %d: %v", n, err)
+	}
+}
