@@ -106,7 +106,7 @@ type Config struct {
 
 	// Backfill is the most stream sequences the dispatcher replays at
 	// start, headers only, to learn where the existing backlog's events
-	// are (from the oldest cursor with backlog), so that the backlog too is
+	// are (from the oldest event still to dispatch), so that the backlog too is
 	// cut into batches without reading PRODUCTS. Backlog older than that is
 	// read. Negative: no backfill. Default 2,000,000.
 	Backfill int64

@@ -21,8 +21,8 @@ import (
 // events at or after the cursor (the reply's Nats-Num-Pending). It returns
 // the stream's last sequence before the scan began — the doorbell starts
 // right after it, so nothing stored during the scan is missed — and the
-// lowest cursor of a (tenant, destination) with backlog (0: none), where
-// the backfill may start.
+// oldest event waiting in any (tenant, destination) (0: none), where the
+// backfill may start.
 //
 // Why not the direct get's multi_last on products.>: nats-server 2.15
 // answers it for at most 1,024 subjects (413 Too Many Results beyond), i.e.
@@ -84,9 +84,13 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 				return
 			}
 			if first > 0 {
+				// The tenant's first waiting event, not its cursor: a
+				// cursor far behind it (1, for a tenant new to the
+				// destination) would have the backfill deliver every
+				// other tenant's events in between.
 				mu.Lock()
-				if oldest == 0 || ps.NextSeq < oldest {
-					oldest = ps.NextSeq
+				if oldest == 0 || first < oldest {
+					oldest = first
 				}
 				mu.Unlock()
 			}
@@ -183,9 +187,9 @@ func (d *Dispatcher) denseReplay(ctx context.Context, ps tenancy.PairState, back
 	return 0, nil
 }
 
-// backfillFrom is where the backfill starts: the oldest cursor with
-// backlog, but at most Config.Backfill sequences before the end. Above
-// lastSeq means no backfill.
+// backfillFrom is where the backfill starts: the oldest event waiting to
+// be dispatched, but at most Config.Backfill sequences before the end.
+// Above lastSeq means no backfill.
 func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 	if oldest == 0 || d.cfg.Backfill <= 0 {
 		return lastSeq + 1

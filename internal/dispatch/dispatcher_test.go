@@ -386,3 +386,25 @@ func TestUnpublishedBatchIsHandedBack(t *testing.T) {
 	e.waitFor("all 20 events", func() bool { return s.events("acme") >= 20 })
 	checkExactlyOnce(t, s.snapshot(), map[string][]uint64{"acme": seqs}, false)
 }
+
+// The backfill starts at the oldest event waiting to be dispatched, not at
+// the oldest cursor: a tenant without a cursor yet (1) whose events are
+// recent must not make the backfill deliver the whole stream before them.
+func TestBackfillStartsAtFirstPendingEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	e.tenant("old", 1, 2, pg)
+	e.tenant("new", 1, 2, pg)
+	olds := e.publish("old", 50)
+	if err := e.st.SetCursor(e.ctx, "old", pg, olds[len(olds)-1]+1); err != nil { // applied already
+		t.Fatal(err)
+	}
+	news := e.publish("new", 3)
+	s := e.startSink(pg, 2, nil, func() time.Duration { return 0 })
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 20, PollInterval: 100 * time.Millisecond}, nil)
+	e.waitFor("new's events applied", func() bool { return s.events("new") >= len(news) })
+	if n := d.Wakeups("backfill"); n != float64(len(news)) {
+		t.Errorf("the backfill delivered %v events, want %d (new's: old's were dispatched before)", n, len(news))
+	}
+	checkExactlyOnce(t, s.snapshot(), map[string][]uint64{"new": news}, false)
+}

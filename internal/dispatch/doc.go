@@ -48,8 +48,8 @@
 // destination keeps, per tenant, the sequences it delivered as runs of
 // consecutive numbers (seq_index.go) and cuts a grant's batches from them
 // without a direct get. At start a second ordered consumer, the backfill,
-// delivers the existing backlog the same way (from the oldest cursor with
-// backlog, at most Config.Backfill sequences) and stops. The index is
+// delivers the existing backlog the same way (from the oldest event
+// waiting to be dispatched, at most Config.Backfill sequences) and stops. The index is
 // used only where it is exact: at or after the point its consumer started
 // from and at or after what it has forgotten (runs dropped over
 // indexMaxRuns, sequences behind the cursor). Everything else — a replay's

@@ -47,3 +47,9 @@ func (d *Dispatcher) Moved(dest string) float64 {
 
 // Owner is owner, for tests.
 var Owner = owner
+
+// Wakeups returns how many wake-ups came from source ("doorbell",
+// "backfill", ...).
+func (d *Dispatcher) Wakeups(source string) float64 {
+	return testutil.ToFloat64(d.m.wakeups.WithLabelValues(source))
+}
