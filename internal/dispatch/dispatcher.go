@@ -93,7 +93,6 @@ type hooks struct {
 	beforeDispatch func(scheduler.Grant)           // a grant is about to be read
 	afterCommit    func([]tenancy.Lease)           // a grant's batches committed; no item published yet
 	onBell         func(tenant string, seq uint64) // the doorbell rang for tenant
-	feedConsumer   func(*jetstream.ConsumerConfig) // a replay feed is about to create its consumer
 	feedHeld       func(n int)                     // a replay feed added an event and now holds n
 }
 

@@ -202,9 +202,6 @@ func (f *replayFeed) consumer(ctx context.Context, d *Dispatcher, from uint64) (
 		Replicas:          1,
 		InactiveThreshold: feedInactive,
 	}
-	if h := d.hooks.feedConsumer; h != nil {
-		h(&cfg)
-	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	c, err := d.bellJS.CreateConsumer(cctx, d.cfg.Stream, cfg)
