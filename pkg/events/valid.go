@@ -24,50 +24,31 @@ func validValue(b []byte, p, depth int) (int, bool) {
 	switch c := b[p]; c {
 	case '"':
 		return validString(b, p)
-	case '{':
+	case '{', '[':
 		if depth++; depth > maxDepth {
 			return p, false
 		}
-		p = skipWS(b, p+1)
-		if p < len(b) && b[p] == '}' {
+		end := byte(']')
+		if c == '{' {
+			end = '}'
+		}
+		if p = skipWS(b, p+1); p < len(b) && b[p] == end {
 			return p + 1, true
 		}
 		for {
-			if p >= len(b) || b[p] != '"' {
-				return p, false
-			}
 			var ok bool
-			if p, ok = validString(b, p); !ok {
-				return p, false
-			}
-			if p = skipWS(b, p); p >= len(b) || b[p] != ':' {
-				return p, false
-			}
-			if p, ok = validValue(b, skipWS(b, p+1), depth); !ok {
-				return p, false
-			}
-			if p = skipWS(b, p); p >= len(b) {
-				return p, false
-			}
-			switch b[p] {
-			case ',':
+			if c == '{' { // a member's name and colon
+				if p >= len(b) || b[p] != '"' {
+					return p, false
+				}
+				if p, ok = validString(b, p); !ok {
+					return p, false
+				}
+				if p = skipWS(b, p); p >= len(b) || b[p] != ':' {
+					return p, false
+				}
 				p = skipWS(b, p+1)
-			case '}':
-				return p + 1, true
-			default:
-				return p, false
 			}
-		}
-	case '[':
-		if depth++; depth > maxDepth {
-			return p, false
-		}
-		p = skipWS(b, p+1)
-		if p < len(b) && b[p] == ']' {
-			return p + 1, true
-		}
-		for {
-			var ok bool
 			if p, ok = validValue(b, p, depth); !ok {
 				return p, false
 			}
@@ -77,7 +58,7 @@ func validValue(b []byte, p, depth int) (int, bool) {
 			switch b[p] {
 			case ',':
 				p = skipWS(b, p+1)
-			case ']':
+			case end:
 				return p + 1, true
 			default:
 				return p, false
