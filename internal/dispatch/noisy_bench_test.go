@@ -54,12 +54,12 @@ import (
 // Run: go test -run '^$' -bench BenchmarkNoisyNeighbor -benchtime 1x ./internal/dispatch/
 func BenchmarkNoisyNeighbor(b *testing.B) {
 	cfg := noisyConfig{
-		noisyN:      envInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 1_000_000),
-		window:      envDuration(b, "FAIRWAY_BENCH_WINDOW", 20*time.Second),
+		noisyN:      testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 1_000_000),
+		window:      testenv.EnvDuration(b, "FAIRWAY_BENCH_WINDOW", 20*time.Second),
 		small:       100,
 		perSec:      5,
 		workers:     16,
-		limit:       envInt(b, "FAIRWAY_BENCH_NOISY_LIMIT", 16),
+		limit:       testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_LIMIT", 16),
 		dispatchers: benchDispatchers(b),
 	}
 	for i := range cfg.small {
@@ -73,16 +73,16 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 	fifo := runFIFO(b, ctx, cfg)
 	b.StopTimer()
 
-	fairP99, fifoP99 := pct(fair.lat, 99), pct(fifo.lat, 99)
-	b.ReportMetric(pct(fair.lat, 50), "small_p50_ms")
+	fairP99, fifoP99 := testenv.Percentile(fair.lat, 99), testenv.Percentile(fifo.lat, 99)
+	b.ReportMetric(testenv.Percentile(fair.lat, 50), "small_p50_ms")
 	b.ReportMetric(fairP99, "small_p99_ms")
-	b.ReportMetric(pct(fair.take, 99), "fair_take_p99_ms")
-	b.ReportMetric(pct(fifo.lat, 50), "fifo_small_p50_ms")
+	b.ReportMetric(testenv.Percentile(fair.take, 99), "fair_take_p99_ms")
+	b.ReportMetric(testenv.Percentile(fifo.lat, 50), "fifo_small_p50_ms")
 	b.ReportMetric(fifoP99, "fifo_small_p99_ms")
 	if fairP99 > 0 {
 		b.ReportMetric(fifoP99/fairP99, "p99_ratio")
 	}
-	if tp := pct(fair.take, 99); tp > 0 {
+	if tp := testenv.Percentile(fair.take, 99); tp > 0 {
 		b.ReportMetric(fifoP99/tp, "take_p99_ratio")
 	}
 	b.ReportMetric(float64(cfg.dispatchers), "dispatchers")
@@ -101,7 +101,7 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 			"latency p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; take p50 %.1fms p99 %.1fms (%d never taken); errors %d",
 			r.name, cfg.noisyN, r.publish.Round(time.Millisecond), r.drain.Round(time.Millisecond), r.noisyPerSec, r.totalPerSec,
 			r.published, r.late, len(r.lat), r.missing,
-			pct(r.lat, 50), pct(r.lat, 90), pct(r.lat, 99), pct(r.lat, 100), pct(r.take, 50), pct(r.take, 99), r.takeMissing, r.errs)
+			testenv.Percentile(r.lat, 50), testenv.Percentile(r.lat, 90), testenv.Percentile(r.lat, 99), testenv.Percentile(r.lat, 100), testenv.Percentile(r.take, 50), testenv.Percentile(r.take, 99), r.takeMissing, r.errs)
 	}
 }
 
@@ -146,7 +146,7 @@ func (r *noisyResult) finish(b *testing.B, ctx context.Context, cfg noisyConfig,
 	if tr.errs.Load() > 0 {
 		b.Errorf("%s: %d small-tenant publishes failed", r.name, tr.errs.Load())
 	}
-	ok := waitUntil(ctx, deadline, func() bool {
+	ok := testenv.WaitUntil(ctx, deadline, func() bool {
 		select {
 		case <-d.done:
 			return d.small.Load() >= int64(r.published)
@@ -347,7 +347,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 //
 // Run: go test -run '^$' -bench BenchmarkManyTenants -benchtime 1x ./internal/dispatch/
 func BenchmarkManyTenants(b *testing.B) {
-	n := envInt(b, "FAIRWAY_BENCH_TENANTS", 10_000)
+	n := testenv.EnvInt(b, "FAIRWAY_BENCH_TENANTS", 10_000)
 	dispatchers := benchDispatchers(b)
 	const perTenant = 5
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -398,7 +398,7 @@ func BenchmarkManyTenants(b *testing.B) {
 	t0 := time.Now()
 	reps.start(b, runCtx, &running, 0)
 	deadline := t0.Add(2 * time.Minute)
-	if !waitUntil(ctx, deadline, func() bool { return obs.tenants() >= n }) {
+	if !testenv.WaitUntil(ctx, deadline, func() bool { return obs.tenants() >= n }) {
 		b.Errorf("round 1: %d of %d tenants dispatched in %v", obs.tenants(), n, time.Since(t0))
 	}
 	round1 := time.Since(t0)
@@ -406,7 +406,7 @@ func BenchmarkManyTenants(b *testing.B) {
 	t1 := time.Now()
 	e.publishBulk(n, 4, func(i int) string { return ids[i] })
 	pub2 := time.Since(t1)
-	if !waitUntil(ctx, t1.Add(2*time.Minute), func() bool { return obs.countAtLeast(2) >= n }) {
+	if !testenv.WaitUntil(ctx, t1.Add(2*time.Minute), func() bool { return obs.countAtLeast(2) >= n }) {
 		b.Errorf("round 2: %d of %d tenants got a second item in %v", obs.countAtLeast(2), n, time.Since(t1))
 	}
 	round2 := time.Since(t1)

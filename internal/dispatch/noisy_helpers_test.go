@@ -533,41 +533,6 @@ func latencies(tr *trickle, until, deadline time.Time, when func(tenant string, 
 	return ds, missing
 }
 
-// pct is the nearest-rank percentile p (0..100) of sorted ds, in ms.
-func pct(ds []time.Duration, p float64) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	i := int(float64(len(ds))*p/100+0.5) - 1
-	i = max(0, min(len(ds)-1, i))
-	return float64(ds[i].Microseconds()) / 1000
-}
-
-// envDuration / envInt read a benchmark knob from the environment.
-func envInt(tb testing.TB, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
-	if err != nil || n < 1 {
-		tb.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
-
-func envDuration(tb testing.TB, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		tb.Fatalf("%s=%q: want a positive duration", name, v)
-	}
-	return d
-}
-
 // vmRSS is the process's resident set size in bytes (/proc/self/status).
 func vmRSS(tb testing.TB) uint64 {
 	tb.Helper()
@@ -596,15 +561,4 @@ func liveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
-}
-
-// waitUntil polls cond every 10ms until it holds (true) or deadline passes.
-func waitUntil(ctx context.Context, deadline time.Time, cond func() bool) bool {
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
@@ -28,7 +29,7 @@ import (
 
 // benchDispatchers is FAIRWAY_BENCH_DISPATCHERS (default 1): how many
 // dispatchers a benchmark runs side by side.
-func benchDispatchers(tb testing.TB) int { return envInt(tb, "FAIRWAY_BENCH_DISPATCHERS", 1) }
+func benchDispatchers(tb testing.TB) int { return testenv.EnvInt(tb, "FAIRWAY_BENCH_DISPATCHERS", 1) }
 
 // replicas are dispatchers that share nothing but the servers: each has
 // its own NATS connections (main and doorbell), its own PostgreSQL pool and

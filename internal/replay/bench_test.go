@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -69,23 +68,23 @@ import (
 //
 // Run: FAIRWAY_BENCH_REPLAY_EVENTS=200000 go test -run '^$' -bench BenchmarkReplayImpact -benchtime 1x ./internal/replay/
 func BenchmarkReplayImpact(b *testing.B) {
-	n := benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_EVENTS", 1_000_000)
+	n := testenv.EnvInt(b, "FAIRWAY_BENCH_REPLAY_EVENTS", 1_000_000)
 	rate := 0 // the dispatcher's default
 	switch v := os.Getenv("FAIRWAY_BENCH_REPLAY_RATE"); v {
 	case "":
 	case "unlimited":
 		rate = tenancy.ReplayUnthrottled
 	default:
-		rate = benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_RATE", 0)
+		rate = testenv.EnvInt(b, "FAIRWAY_BENCH_REPLAY_RATE", 0)
 	}
-	window := benchEnvDuration(b, "FAIRWAY_BENCH_WINDOW", 10*time.Second)
+	window := testenv.EnvDuration(b, "FAIRWAY_BENCH_WINDOW", 10*time.Second)
 	lookahead := dispatch.ReplayLookaheadDefault
 	switch v := os.Getenv("FAIRWAY_BENCH_REPLAY_LOOKAHEAD"); v {
 	case "":
 	case "off":
 		lookahead = -1
 	default:
-		lookahead = benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_LOOKAHEAD", 0)
+		lookahead = testenv.EnvInt(b, "FAIRWAY_BENCH_REPLAY_LOOKAHEAD", 0)
 	}
 	const (
 		bigTenant = "big"
@@ -124,7 +123,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 	}
 	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg},
 		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench", PollInterval: time.Second,
-			ReplayBatch:     benchEnvInt(b, "FAIRWAY_BENCH_REPLAY_BATCH", dispatch.ReplayBatchDefault),
+			ReplayBatch:     testenv.EnvInt(b, "FAIRWAY_BENCH_REPLAY_BATCH", dispatch.ReplayBatchDefault),
 			ReplayLookahead: lookahead})
 	if err != nil {
 		b.Fatal(err)
@@ -189,7 +188,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 		pause(!running)
 		w := timeWindow{from: time.Now()}
 		cpu0 := processCPU(b)
-		pollUntil(ctx, w.from.Add(window), func() bool { return running && done() })
+		testenv.WaitUntil(ctx, w.from.Add(window), func() bool { return running && done() })
 		w.to = time.Now()
 		cpu := processCPU(b) - cpu0
 		if running {
@@ -213,19 +212,19 @@ func BenchmarkReplayImpact(b *testing.B) {
 	tr.stop()
 	deadline := time.Now().Add(2 * time.Minute)
 	pubs := tr.records()
-	if !pollUntil(ctx, deadline, func() bool { return fs.appliedCount() >= len(pubs) }) {
+	if !testenv.WaitUntil(ctx, deadline, func() bool { return fs.appliedCount() >= len(pubs) }) {
 		b.Errorf("small tenants: %d of %d events applied %v after the replay", fs.appliedCount(), len(pubs), time.Since(replayTo))
 	}
 	b.StopTimer()
 
 	base, baseMissing := fs.latencies(pubs, off, settle, deadline)
 	during, duringMissing := fs.latencies(pubs, on, settle, deadline)
-	b.ReportMetric(benchPct(base, 50), "base_p50_ms")
-	b.ReportMetric(benchPct(base, 99), "base_p99_ms")
-	b.ReportMetric(benchPct(during, 50), "replay_p50_ms")
-	b.ReportMetric(benchPct(during, 99), "replay_p99_ms")
-	if p := benchPct(base, 99); p > 0 {
-		b.ReportMetric(benchPct(during, 99)/p, "p99_ratio")
+	b.ReportMetric(testenv.Percentile(base, 50), "base_p50_ms")
+	b.ReportMetric(testenv.Percentile(base, 99), "base_p99_ms")
+	b.ReportMetric(testenv.Percentile(during, 50), "replay_p50_ms")
+	b.ReportMetric(testenv.Percentile(during, 99), "replay_p99_ms")
+	if p := testenv.Percentile(base, 99); p > 0 {
+		b.ReportMetric(testenv.Percentile(during, 99)/p, "p99_ratio")
 	}
 	b.ReportMetric(onTime.Seconds(), "replay_s")
 	b.ReportMetric(float64(n)/onTime.Seconds(), "replay_events_per_s")
@@ -244,9 +243,9 @@ func BenchmarkReplayImpact(b *testing.B) {
 		"late publishes %d, publish errors %d, sink calls %d; replayed events read bare %.0f, with headers %.0f; "+
 		"process CPU %.1f%% of a core without the replay, %.1f%% with it (%.1f µs per replayed event)",
 		n, bigTenant, pubTook.Round(time.Millisecond), len(off), window, len(base), baseMissing,
-		benchPct(base, 50), benchPct(base, 90), benchPct(base, 99), benchPct(base, 100),
+		testenv.Percentile(base, 50), testenv.Percentile(base, 90), testenv.Percentile(base, 99), testenv.Percentile(base, 100),
 		len(on), n, onTime.Round(time.Millisecond), float64(n)/onTime.Seconds(), len(during), duringMissing,
-		benchPct(during, 50), benchPct(during, 90), benchPct(during, 99), benchPct(during, 100),
+		testenv.Percentile(during, 50), testenv.Percentile(during, 90), testenv.Percentile(during, 99), testenv.Percentile(during, 100),
 		tr.late.Load(), tr.errs.Load(), fs.calls.Load(), bare, headers,
 		100*offCPU.Seconds()/offTime.Seconds(), 100*onCPU.Seconds()/onTime.Seconds(), extra/float64(n)*1e6)
 	if tr.errs.Load() > 0 {
@@ -528,51 +527,6 @@ func (tr *liveTrickle) records() []livePub {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return slices.Clone(tr.pubs)
-}
-
-// benchPct is the nearest-rank percentile p (0..100) of sorted ds, in ms.
-func benchPct(ds []time.Duration, p float64) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	i := int(float64(len(ds))*p/100+0.5) - 1
-	i = max(0, min(len(ds)-1, i))
-	return float64(ds[i].Microseconds()) / 1000
-}
-
-// pollUntil polls cond every 10ms until it holds (true) or deadline passes.
-func pollUntil(ctx context.Context, deadline time.Time, cond func() bool) bool {
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
-func benchEnvInt(tb testing.TB, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
-	if err != nil || n < 1 {
-		tb.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
-
-func benchEnvDuration(tb testing.TB, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		tb.Fatalf("%s=%q: want a positive duration", name, v)
-	}
-	return d
 }
 
 // readEvents returns the sink runner's events read bare and with headers
