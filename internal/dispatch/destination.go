@@ -601,6 +601,11 @@ func (x *destination) seed(p tenancy.PairState, backlog, lastSeq, dense uint64) 
 	granted := ts.granted
 	if !granted {
 		ts.cursor = p.NextSeq
+		// Forget what was dispatched: a grant does so too (take), but a
+		// pair parked for another dispatcher is never granted here, and
+		// its index would grow with every event the doorbell rings.
+		ts.live.trim(p.NextSeq)
+		ts.back.trim(p.NextSeq)
 		x.sched.SetBacklog(x.key(p.Tenant), int64(backlog), ts.weight)
 	}
 	x.endFeed(ts)

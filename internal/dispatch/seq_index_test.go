@@ -186,3 +186,30 @@ func TestBackfillKeepsScanBacklog(t *testing.T) {
 		t.Fatalf("first grant may take %d events, want 40 (4 batches of 10 of the scanned 200)", g.MaxEvents)
 	}
 }
+
+// A pair this dispatcher does not grant (parked for another one) forgets
+// what the scan says was dispatched, so its index does not grow with every
+// event the doorbell rings.
+func TestSeedTrimsUngrantedIndex(t *testing.T) {
+	t.Parallel()
+	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10}).WithDefaults()
+	d := &Dispatcher{cfg: cfg}
+	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.Quantum, MaxBatch: cfg.BatchSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newDestination(d, "postgres", sched)
+	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, 0, 0, 0)
+	at := time.Unix(1_764_000_000, 0)
+	for seq := uint64(1); seq <= 100; seq++ {
+		x.bell("other", seq, at, false)
+	}
+	// The owner dispatched 90 of them; a poll tells this dispatcher.
+	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 91, Weight: 1}, 10, 91, 0)
+	x.mu.Lock()
+	held := x.tenants["other"].live.count()
+	x.mu.Unlock()
+	if held != 10 {
+		t.Errorf("index holds %d sequences, want the 10 not dispatched yet", held)
+	}
+}
