@@ -131,7 +131,8 @@ type Config struct {
 	// the tenant's subjects, fetching only while it holds fewer, so that
 	// replayed items carry store times (the sinks read them without
 	// headers) without a million-entry index for a million-event replay.
-	// It fetches 2 replay batches at a time. About 4 bytes an event.
+	// It fetches 2 replay batches at a time (at most half the look-ahead).
+	// About 4 bytes an event, plus 64 a run of consecutive sequences.
 	// Negative: no feeds; replays are cut by arithmetic or read, and their
 	// items carry no times. Default 1,000 (10 replay batches, a fifth of a
 	// second at the default rate).

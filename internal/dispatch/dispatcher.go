@@ -31,8 +31,8 @@ type Deps struct {
 	// WORK. Required.
 	NATS *nats.Conn
 	// Doorbell, when set, is a second connection to the same JetStream,
-	// used only by the doorbell and the backfill (the ordered consumers on
-	// PRODUCTS, see startDoorbell), so that their deliveries do not share
+	// used only by the doorbell, the backfill (the ordered consumers on
+	// PRODUCTS, see startDoorbell) and replay feeds, so that their deliveries do not share
 	// a socket and the client's read loop with the dispatcher's reads and
 	// publishes on NATS, or with anything else on NATS. (When one
 	// connection served everything in one process, the doorbell stopped
@@ -55,7 +55,7 @@ type Dispatcher struct {
 	cfg      *Config
 	st       *tenancy.Store
 	js       jetstream.JetStream
-	bellJS   jetstream.JetStream // Deps.Doorbell's (or NATS's): the ordered consumers only
+	bellJS   jetstream.JetStream // Deps.Doorbell's (or NATS's): the doorbell, backfill and replay feeds
 	rd       *work.Reader
 	log      *slog.Logger
 	m        *metrics

@@ -38,8 +38,9 @@
 // and destination for the exact pending count) and then follows one
 // headers-only ordered consumer on products.> — the doorbell — from the
 // sequence the scan started at. JetStream state is one ephemeral consumer
-// per dispatcher process (two while the backfill runs), on Deps.Doorbell
-// when set, a connection of their own. The scan repeats every PollInterval
+// per dispatcher process (two while the backfill runs, plus one per pair
+// it is replaying: replay_feed.go), on Deps.Doorbell when set, a
+// connection of their own. The scan repeats every PollInterval
 // as a fallback.
 //
 // # Cutting batches without reading the stream
@@ -49,13 +50,15 @@
 // consecutive numbers (seq_index.go) and cuts a grant's batches from them
 // without a direct get. At start a second ordered consumer, the backfill,
 // delivers the existing backlog the same way (from the oldest event
-// waiting to be dispatched, at most Config.Backfill sequences) and stops. The index is
-// used only where it is exact: at or after the point its consumer started
+// waiting to be dispatched, at most Config.Backfill sequences) and stops.
+// The index is used only where it is exact: at or after the point its consumer started
 // from and at or after what it has forgotten (runs dropped over
-// indexMaxRuns, sequences behind the cursor). Everything else — a replay's
-// rewound cursor, a backlog older than the backfill reached, a tenant the
-// index knows nothing more of — is read from PRODUCTS, which is always
-// right. fairway_dispatcher_grants_total{source} counts both.
+// indexMaxRuns, sequences behind the cursor). A replay's rewound cursor is
+// served by its replay feed; a replayed range that is all the tenant's is
+// cut by arithmetic; everything else — a backlog older than the backfill
+// reached, a tenant the index knows nothing more of — is read from
+// PRODUCTS, which is always right. fairway_dispatcher_grants_total{source}
+// counts each (index, feed, dense, read).
 //
 // # Crash safety
 //

@@ -22,7 +22,7 @@ func (d *Dispatcher) FeedErrors(dest string) float64 {
 }
 
 // Grants returns how many grants of dest took their sequences from source
-// ("index", "dense" or "read").
+// ("index", "feed", "dense" or "read").
 func (d *Dispatcher) Grants(dest, source string) float64 {
 	return testutil.ToFloat64(d.m.grants.WithLabelValues(dest, source))
 }

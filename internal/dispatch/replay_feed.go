@@ -60,10 +60,9 @@ const (
 	feedMaxFailures = 3               // consecutive failures before a feed gives up
 	// A fetch asks for at most this many replay batches (Config.ReplayBatch)
 	// of events: small pulls keep pace with the replay's grants instead of
-	// coming as bursts on the doorbell's connection and the server (one
-	// BenchmarkReplayImpact run with pulls of up to 5,000 events: the
-	// other tenants' p99 6.6 → 16.2 ms, within reach of this machine's
-	// noise, but bursts are what a p99 feels).
+	// coming as bursts on the doorbell's connection and the server. A
+	// design choice, not a measured one: the run once blamed on larger
+	// pulls had its replay cut from the index, without a feed.
 	feedChunkBatches = 2
 )
 

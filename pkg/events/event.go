@@ -100,7 +100,7 @@ func (l Limits) WithDefaults() Limits {
 func (e *Event) Validate(l Limits) error { return e.validate(l, false) }
 
 // validate is Validate; jsonChecked says the payload is a slice of a
-// document that already passed json.Valid (the decoder's case), so only
+// document that already passed Valid (the decoder's case), so only
 // its kind, size, depth and numbers are checked again.
 func (e *Event) validate(l Limits, jsonChecked bool) error {
 	l = l.WithDefaults()
