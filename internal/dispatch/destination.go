@@ -570,14 +570,14 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill boo
 }
 
 // seed applies a scan result: the tenant's cursor, weight and replay from
-// PostgreSQL and its backlog as the server counted it (lastSeq: a sequence
-// of the tenant the server saw). A tenant with a grant outstanding keeps
+// PostgreSQL and its backlog as the server counted it from the tenant's
+// first waiting event, first (0: none). A tenant with a grant outstanding keeps
 // what its grant will report; seed then reports false.
 //
 // dense, when not 0, says every sequence from p.NextSeq up to dense
 // (exclusive) is the tenant's; 0 keeps what was known while the cursor is
 // still inside it.
-func (x *destination) seed(p tenancy.PairState, backlog, lastSeq, dense uint64) bool {
+func (x *destination) seed(p tenancy.PairState, backlog, first, dense uint64) bool {
 	x.mu.Lock()
 	ts := x.state(p.Tenant)
 	ts.weight = max(p.Weight, 1)
@@ -588,16 +588,15 @@ func (x *destination) seed(p tenancy.PairState, backlog, lastSeq, dense uint64) 
 	case p.NextSeq >= ts.denseUntil || !p.Replaying():
 		ts.denseUntil = 0
 	}
-	if lastSeq > 0 && backlog > 0 {
-		// The scan's backlog: backlog events from lastSeq (its first), so
-		// its last is at least lastSeq+backlog-1. The backfill then rings
-		// the oldest first; a hint cut down to what it rang so far would
-		// make the first grants short batches.
-		lastSeq += backlog - 1
+	// The scan's backlog: backlog events from first, so its last is at
+	// least first+backlog-1. The backfill then rings the oldest first; a
+	// hint cut down to what it rang so far would make the first grants
+	// short batches.
+	last := first
+	if first > 0 && backlog > 0 {
+		last += backlog - 1
 	}
-	if lastSeq > ts.lastSeq {
-		ts.lastSeq = lastSeq
-	}
+	ts.lastSeq = max(ts.lastSeq, last)
 	granted := ts.granted
 	if !granted {
 		ts.cursor = p.NextSeq

@@ -41,7 +41,6 @@ type replayFeed struct {
 	bound        int    // most events ix holds
 	chunk        int    // most events one fetch asks for
 	stop         context.CancelFunc
-	done         chan struct{} // closed when run returned
 	room         chan struct{} // the destination took events: there may be room
 	onHeld       func(n int)   // hooks.feedHeld
 
@@ -75,7 +74,7 @@ func (x *destination) startFeed(ctx context.Context, tenant string, start, until
 	f := &replayFeed{
 		tenant: tenant, dest: x.name, start: start, until: until, bound: d.cfg.ReplayLookahead,
 		chunk: max(1, min(d.cfg.ReplayLookahead/2, feedChunkBatches*d.cfg.ReplayBatch)),
-		stop:  cancel, done: make(chan struct{}), room: make(chan struct{}, 1),
+		stop:  cancel, room: make(chan struct{}, 1),
 		covered: start - 1, onHeld: d.hooks.feedHeld,
 	}
 	d.m.feeds.Inc()
@@ -89,7 +88,6 @@ func (x *destination) startFeed(ctx context.Context, tenant string, start, until
 // run fetches the tenant's events into ix while there is room, until the
 // range is covered, ctx ends or it fails feedMaxFailures times in a row.
 func (f *replayFeed) run(ctx context.Context, d *Dispatcher) {
-	defer close(f.done)
 	var (
 		cons      jetstream.Consumer
 		delivered uint64 // consumer sequence of cons's last delivery
