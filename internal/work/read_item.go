@@ -35,8 +35,9 @@ const readItemChunk = 1000
 // that was a quarter of the pipeline's time). Each reply's end-of-batch
 // names the last sequence sent; only a batch whose messages are exactly the
 // next sequences is taken, and anything else (an event deleted from the
-// range, a miscount) is read again with headers as below. Such events are
-// Bare: no Subject or Header (ReadItemHeaders reads them when needed).
+// range, a miscount) is read again with headers as below. So either every
+// event returned is Bare (no Subject or Header; ReadItemHeaders reads them
+// when needed) or none is.
 func (r *Reader) ReadItem(ctx context.Context, it Item) ([]Stored, error) {
 	if it.Times != nil && len(it.Times.OffsetsMs) == it.Count {
 		out, ok, err := r.readBare(ctx, it)
@@ -91,12 +92,9 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 				}
 				m.Seq, m.Time = from+uint64(i), it.Times.At(len(out)+i)
 			}
-			switch {
-			case out == nil && len(b.Msgs) == it.Count: // the whole item in one reply, as usual
+			if out == nil { // the whole item in one reply, as usual
 				out = b.Msgs
-			case out == nil:
-				out = append(make([]Stored, 0, it.Count), b.Msgs...)
-			default:
+			} else {
 				out = append(out, b.Msgs...)
 			}
 			from, n = from+k, n-int(k) // a reply cut short by max_bytes continues

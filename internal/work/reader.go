@@ -134,7 +134,7 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 	}
 	var b Batch
 	if max > 1 {
-		b.Msgs = make([]Stored, 0, min(max, 1000))
+		b.Msgs = make([]Stored, 0, min(max, readItemChunk))
 	}
 	for {
 		var m *nats.Msg

@@ -146,15 +146,11 @@ func (j *job) read(stop, ctx context.Context) error {
 		}
 		j.decode()
 	}
-	bare := 0
-	for _, s := range j.stored {
-		if s.Bare {
-			bare++
-		}
+	mode := "headers" // a read is all bare or all with headers (ReadItem)
+	if len(j.stored) > 0 && j.stored[0].Bare {
+		mode = "bare"
 	}
-	replay := strconv.FormatBool(j.item.Replay)
-	j.r.m.readEvents.WithLabelValues("bare", replay).Add(float64(bare))
-	j.r.m.readEvents.WithLabelValues("headers", replay).Add(float64(len(j.stored) - bare))
+	j.r.m.readEvents.WithLabelValues(mode, strconv.FormatBool(j.item.Replay)).Add(float64(len(j.stored)))
 	j.fails = make([]failure, len(j.recs))
 	return nil
 }
@@ -331,18 +327,12 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 	return nil, nil
 }
 
-// batch returns recs[todo]: recs itself when todo is every record in
-// order, as on a first attempt without dead letters (a sink does not
+// batch returns recs[todo]: recs itself when todo is every record, as on
+// a first attempt (todo is always an increasing subset of recs' indexes:
+// run starts with all of them, a retry keeps todo's order; a sink does not
 // modify its batch), else a copy.
 func (j *job) batch(todo []int) []sink.Record {
-	all := len(todo) == len(j.recs)
-	for n, k := range todo {
-		if !all {
-			break
-		}
-		all = k == n
-	}
-	if all {
+	if len(todo) == len(j.recs) {
 		return j.recs
 	}
 	batch := make([]sink.Record, len(todo))
