@@ -48,7 +48,7 @@ func parseEvent(raw []byte, strict bool) (ev Event, hasOccurredAt bool, err erro
 			p = skipWS(raw, p+1)
 		}
 		kEnd := valueEnd(raw, p)
-		key, err := fieldName(raw[p:kEnd])
+		key, bit, err := field(raw[p:kEnd])
 		if err != nil {
 			return ev, false, invalid("", "bad field name: %v", err)
 		}
@@ -58,8 +58,7 @@ func parseEvent(raw []byte, strict bool) (ev Event, hasOccurredAt bool, err erro
 		val := raw[p:vEnd]
 		p = vEnd
 
-		bit, known := fieldBit(key)
-		if !known {
+		if bit == 0 {
 			if strict {
 				return ev, false, invalid("", "unknown field %s (fields are case-sensitive: %s)", quote(key), fieldNames)
 			}
@@ -108,48 +107,37 @@ func parseEvent(raw []byte, strict bool) (ev Event, hasOccurredAt bool, err erro
 	return ev, hasOccurredAt, nil
 }
 
-// fieldName decodes a field name literal; a known name without escapes
-// comes back as the constant, without allocating.
-func fieldName(lit []byte) (string, error) {
-	if len(lit) >= 2 && bytes.IndexByte(lit, '\\') < 0 {
-		switch s := lit[1 : len(lit)-1]; string(s) {
-		case "tenant":
-			return "tenant", nil
-		case "product_id":
-			return "product_id", nil
-		case "version":
-			return "version", nil
-		case "op":
-			return "op", nil
-		case "occurred_at":
-			return "occurred_at", nil
-		case "payload":
-			return "payload", nil
-		case "idempotency_key":
-			return "idempotency_key", nil
-		}
-	}
-	return unquote(lit)
+// fields are the event's fields and their bits.
+var fields = [...]struct {
+	name string
+	bit  int
+}{
+	{"tenant", seenTenant}, {"product_id", seenProductID}, {"version", seenVersion}, {"op", seenOp},
+	{"occurred_at", seenOccurredAt}, {"payload", seenPayload}, {"idempotency_key", seenKey},
 }
 
-func fieldBit(key string) (int, bool) {
-	switch key {
-	case "tenant":
-		return seenTenant, true
-	case "product_id":
-		return seenProductID, true
-	case "version":
-		return seenVersion, true
-	case "op":
-		return seenOp, true
-	case "occurred_at":
-		return seenOccurredAt, true
-	case "payload":
-		return seenPayload, true
-	case "idempotency_key":
-		return seenKey, true
+// field decodes a field name literal and returns the name and its bit (0:
+// not an event field). A known name without escapes comes back as the
+// constant, without allocating.
+func field(lit []byte) (key string, bit int, err error) {
+	if len(lit) >= 2 && bytes.IndexByte(lit, '\\') < 0 {
+		name := lit[1 : len(lit)-1]
+		for _, f := range fields {
+			if string(name) == f.name {
+				return f.name, f.bit, nil
+			}
+		}
+		return string(name), 0, nil
 	}
-	return 0, false
+	if key, err = unquote(lit); err != nil {
+		return "", 0, err
+	}
+	for _, f := range fields {
+		if key == f.name {
+			return f.name, f.bit, nil
+		}
+	}
+	return key, 0, nil
 }
 
 func stringField(key string, val []byte) (string, error) {
