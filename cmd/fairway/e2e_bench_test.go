@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairwayhq/fairway/internal/testenv"
 )
 
 // BenchmarkEndToEnd measures issue #5's figure: events per second from
@@ -39,8 +39,8 @@ import (
 //
 // Run: FAIRWAY_BENCH_E2E_EVENTS=200000 go test -run '^$' -bench BenchmarkEndToEnd -benchtime 1x -timeout 30m ./cmd/fairway/
 func BenchmarkEndToEnd(b *testing.B) {
-	load := e2eLoad{Events: benchEnvInt(b, "FAIRWAY_BENCH_E2E_EVENTS", 200_000), Tenants: 20, Batch: 500, Clients: 4}
-	deadline := benchEnvDuration(b, "FAIRWAY_BENCH_E2E_DEADLINE", 10*time.Minute)
+	load := e2eLoad{Events: testenv.EnvInt(b, "FAIRWAY_BENCH_E2E_EVENTS", 200_000), Tenants: 20, Batch: 500, Clients: 4}
+	deadline := testenv.EnvDuration(b, "FAIRWAY_BENCH_E2E_DEADLINE", 10*time.Minute)
 	ctx := context.Background()
 
 	var ingest, all time.Duration
@@ -89,28 +89,4 @@ func e2eSummary(load e2eLoad, res e2eResult, dests []string) string {
 	}
 	fmt.Fprintf(&b, "; end to end %v (%s)", res.All.Round(time.Millisecond), rate(res.All))
 	return b.String()
-}
-
-func benchEnvInt(b *testing.B, key string, def int) int {
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
-	if err != nil || n <= 0 {
-		b.Fatalf("%s=%q: want a positive integer", key, v)
-	}
-	return n
-}
-
-func benchEnvDuration(b *testing.B, key string, def time.Duration) time.Duration {
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		b.Fatalf("%s=%q: want a positive duration", key, v)
-	}
-	return d
 }
