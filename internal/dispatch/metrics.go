@@ -12,7 +12,7 @@ type metrics struct {
 	active     *prometheus.GaugeVec     // dest
 	blocked    *prometheus.GaugeVec     // dest
 	inFlight   *prometheus.GaugeVec     // dest
-	wakeups    *prometheus.CounterVec   // source: doorbell, release, rescan, poll
+	wakeups    *prometheus.CounterVec   // source: doorbell, backfill, release, rescan, poll, cursor, members
 	atLimit    *prometheus.CounterVec   // dest
 	moved      *prometheus.CounterVec   // dest: lost a cursor race to another dispatcher
 	recovered  *prometheus.CounterVec   // dest: orphans re-dispatched
