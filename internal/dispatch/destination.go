@@ -600,10 +600,14 @@ func (x *destination) seed(p tenancy.PairState, backlog, first, dense uint64) bo
 	granted := ts.granted
 	if !granted {
 		ts.cursor = p.NextSeq
-		// Forget what was dispatched: a grant does so too (take), but a
-		// pair parked for another dispatcher is never granted here, and
-		// its index would grow with every event the doorbell rings.
-		ts.live.trim(p.NextSeq)
+		// Forget what was dispatched, as a grant does (take): a pair parked
+		// for another dispatcher is never granted here, and its index would
+		// grow with every event the doorbell rings. The live index only
+		// from liveFrom on, as take does: its floor below liveFrom would
+		// say it lost events it never had (fromIndex).
+		if lf := x.d.liveFrom.Load(); lf != 0 && p.NextSeq >= lf {
+			ts.live.trim(p.NextSeq)
+		}
 		ts.back.trim(p.NextSeq)
 		x.sched.SetBacklog(x.key(p.Tenant), int64(backlog), ts.weight)
 	}
