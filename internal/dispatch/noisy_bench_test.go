@@ -192,8 +192,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	r.publish = time.Since(start)
 
 	d := newDrain(cfg.noisyN)
-	obs := e.observeWork(tenancy.DestPostgres, func(t string) bool { return t != noisyTenant })
-	rec := e.recordItems(tenancy.DestPostgres)
+	obs, rec := e.observeWork(tenancy.DestPostgres, func(t string) bool { return t != noisyTenant })
 	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, e.store(), noisyTenant, d)
 	defer sink.stop()
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
@@ -384,8 +383,7 @@ func BenchmarkManyTenants(b *testing.B) {
 	e.publishBulk(n*perTenant, 4, func(i int) string { return ids[i%n] })
 	pubTook := time.Since(pubStart)
 
-	obs := e.observeWork(tenancy.DestPostgres, func(string) bool { return true })
-	rec := e.recordItems(tenancy.DestPostgres)
+	obs, rec := e.observeWork(tenancy.DestPostgres, func(string) bool { return true })
 	sink := e.startFakeSink(tenancy.DestPostgres, 16, e.store(), "-", newDrain(1))
 	defer sink.stop()
 	reps := e.newReplicas(dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})

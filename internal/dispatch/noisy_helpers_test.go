@@ -293,15 +293,18 @@ func (l *itemLog) when(tenant string, seq uint64) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// observeWork records every work item published on work.<dest>.> as it
-// appears (a core subscription: it sees each publish, not the stored copy).
-func (e *benchEnv) observeWork(dest string, keep func(tenant string) bool) *itemLog {
+// observeWork watches every work item published on work.<dest>.> as it
+// appears (a core subscription: it sees each publish, not the stored copy):
+// the log gets the items of the tenants keep takes, with when they were
+// seen; the recorder every item once (checkReplicas).
+func (e *benchEnv) observeWork(dest string, keep func(tenant string) bool) (*itemLog, *itemRecorder) {
 	e.tb.Helper()
-	l := newItemLog()
+	l, rec := newItemLog(), &itemRecorder{seen: map[string]bool{}}
 	nc := e.conn("observer")
 	sub, err := nc.Subscribe(work.FilterSubject(dest), func(m *nats.Msg) {
 		at := time.Now()
 		it, err := work.Decode(m.Data)
+		rec.add(it, err)
 		if err != nil || !keep(it.Tenant) {
 			return
 		}
@@ -314,7 +317,7 @@ func (e *benchEnv) observeWork(dest string, keep func(tenant string) bool) *item
 	if err := nc.Flush(); err != nil {
 		e.tb.Fatal(err)
 	}
-	return l
+	return l, rec
 }
 
 // applyCost is the simulated apply time of a batch of n events: a round

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -111,33 +110,20 @@ type itemRecorder struct {
 	errs  int
 }
 
-func (e *benchEnv) recordItems(dest string) *itemRecorder {
-	e.tb.Helper()
-	r := &itemRecorder{seen: map[string]bool{}}
-	nc := e.conn("recorder")
-	sub, err := nc.Subscribe(work.FilterSubject(dest), func(m *nats.Msg) {
-		it, err := work.Decode(m.Data)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if err != nil {
-			r.errs++
-			return
-		}
-		id := it.MsgID() + "/" + strconv.FormatInt(it.Token, 10)
-		if r.seen[id] {
-			return
-		}
-		r.seen[id] = true
-		r.items = append(r.items, it)
-	})
+// add records it, or a message that did not decode (err).
+func (r *itemRecorder) add(it work.Item, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err != nil {
-		e.tb.Fatal(err)
+		r.errs++
+		return
 	}
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := nc.Flush(); err != nil {
-		e.tb.Fatal(err)
+	id := it.MsgID() + "/" + strconv.FormatInt(it.Token, 10)
+	if r.seen[id] {
+		return
 	}
-	return r
+	r.seen[id] = true
+	r.items = append(r.items, it)
 }
 
 func (r *itemRecorder) snapshot() []work.Item {
@@ -184,8 +170,10 @@ func (e *benchEnv) tenantSeqs() map[string][]uint64 {
 		if err != nil {
 			e.tb.Fatal(err)
 		}
-		rest, _ := strings.CutPrefix(m.Subject(), "products.")
-		tenant, _, _ := strings.Cut(rest, ".")
+		tenant, _, err := events.ParseSubject(m.Subject())
+		if err != nil {
+			e.tb.Fatal(err)
+		}
 		out[tenant] = append(out[tenant], md.Sequence.Stream)
 		if md.Sequence.Stream >= info.State.LastSeq {
 			return out
