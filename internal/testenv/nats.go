@@ -27,15 +27,7 @@ func NATS(t testing.TB) (*server.Server, *nats.Conn) {
 // store.
 func NATSServer(t testing.TB, dir string) *server.Server {
 	t.Helper()
-	opts := &server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  dir,
-		NoLog:     true,
-		NoSigs:    true,
-	}
-	srv, err := server.NewServer(opts)
+	srv, err := server.NewServer(natsOptions(dir))
 	if err != nil {
 		t.Fatalf("embedded nats: %v", err)
 	}
@@ -48,4 +40,17 @@ func NATSServer(t testing.TB, dir string) *server.Server {
 		srv.WaitForShutdown()
 	})
 	return srv
+}
+
+// natsOptions are the embedded server's options: loopback, a free port,
+// JetStream storing into dir, no logs, no signal handlers.
+func natsOptions(dir string) *server.Options {
+	return &server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  dir,
+		NoLog:     true,
+		NoSigs:    true,
+	}
 }
