@@ -408,3 +408,34 @@ func TestBackfillStartsAtFirstPendingEvent(t *testing.T) {
 	}
 	checkExactlyOnce(t, s.snapshot(), map[string][]uint64{"new": news}, false)
 }
+
+// A tenant at its slot limit whose events are not indexed (no backfill
+// here) is cut from reads of PRODUCTS. After the first grant finds the
+// limit, each release frees one slot, and the next grant reads one batch,
+// not a whole grant's worth (GrantBatches batches) of which it could
+// dispatch one: the events read stay near the events dispatched.
+func TestReadAtLimitReadsFreedSlots(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	const (
+		batch = 20
+		n     = 400
+	)
+	e.tenant("acme", 1, 1, pg)
+	seqs := e.publish("acme", n)
+	s := e.startSink(pg, 1, nil, func() time.Duration { return 5 * time.Millisecond })
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, GrantBatches: 4, Backfill: -1, PollInterval: time.Hour}, nil)
+	e.waitFor("the backlog applied", func() bool { return s.events("acme") >= n })
+	checkExactlyOnce(t, s.snapshot(), map[string][]uint64{"acme": seqs}, false)
+	read, reads := d.ReadEvents(pg), d.Grants(pg, "read")
+	t.Logf("%d events dispatched in %d items; %.0f grants read %.0f events", n, len(s.snapshot()), reads, read)
+	if reads < n/batch {
+		t.Fatalf("%.0f grants read PRODUCTS, want every one of the %d batches cut from a read", reads, n/batch)
+	}
+	// The first grant reads 4 batches and dispatches one; then one batch
+	// per release (a few more when a release and a read cross). Reading a
+	// whole grant's worth each time would read about 4n.
+	if limit := 1.5 * n; read > limit {
+		t.Fatalf("the dispatcher read %.0f events to dispatch %d at a slot limit of 1, want at most %.0f", read, n, limit)
+	}
+}

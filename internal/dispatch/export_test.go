@@ -27,6 +27,11 @@ func (d *Dispatcher) Grants(dest, source string) float64 {
 	return testutil.ToFloat64(d.m.grants.WithLabelValues(dest, source))
 }
 
+// ReadEvents returns how many events dest's grants read from PRODUCTS.
+func (d *Dispatcher) ReadEvents(dest string) float64 {
+	return testutil.ToFloat64(d.m.read.WithLabelValues(dest))
+}
+
 // Throttled returns how many grants of dest a replay's rate held back.
 func (d *Dispatcher) Throttled(dest string) float64 {
 	return testutil.ToFloat64(d.m.throttled.WithLabelValues(dest))
