@@ -70,14 +70,15 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 			replayed := filterTenant(s.snapshot()[before:], "big")
 			checkExactlyOnce(t, replayed, map[string][]uint64{"big": seqs}, false)
 
-			// The first grant is cut as before while the feed starts (and,
-			// under load, perhaps one more); the last batch of the first pass
-			// may still be in the backfill's index; every other grant comes
-			// from the feed.
+			// The first grants are cut as before while the feed starts (one
+			// when the machine is idle; CI under load saw three, so the bound
+			// is a share, not a count: a run without the feed has every grant
+			// read or dense); the last batch of the first pass may still be in
+			// the backfill's index; the rest comes from the feed.
 			feed := d.Grants(pg, "feed")
 			others := d.Grants(pg, "read") - reads + d.Grants(pg, "dense") - dense
 			indexed := d.Grants(pg, "index") - index
-			if others > 2 || feed < float64(len(replayed))-others-indexed {
+			if others > float64(len(replayed))/5 || feed < float64(len(replayed))-others-indexed {
 				t.Errorf("replay grants: %.0f from the feed, %.0f from the index, %.0f read or dense, for %d items", feed, indexed, others, len(replayed))
 			}
 			rd := work.NewReader(e.nc, "")
