@@ -209,6 +209,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	defer func() { stop(); wg.Wait() }()
 
 	stopProfile := testenv.ProfileCPU(b, "noisy-fairway") // the drain only, not the backlog's publishing
+	stopServerProfile := e.nats.ProfileCPU(b, "noisy-fairway-server")
 	t0 := time.Now()
 	wg.Go(func() {
 		if err := disp.Run(runCtx); err != nil {
@@ -220,9 +221,12 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
 	stopProfile()
+	stopServerProfile()
 	r.lat, r.missing = latencies(tr, until, deadline, obs.when)
 	r.take, r.takeMissing = latencies(tr, until, deadline, sink.takes.when)
 	r.errs = sink.errs.Load()
+	readN, _ := reps.sum(b, "fairway_dispatcher_read_events_total")
+	b.Logf("fairway: the sink read %d events without headers, %d with; grants by source %v, the dispatcher read %.0f events", sink.bare.Load(), sink.hdrs.Load(), reps.bySource(b), readN)
 	if r.errs > 0 {
 		b.Errorf("fairway: %d sink errors", r.errs)
 	}
@@ -300,12 +304,14 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	d := newDrain(cfg.noisyN)
 
 	stopProfile := testenv.ProfileCPU(b, "noisy-fifo")
+	stopServerProfile := e.nats.ProfileCPU(b, "noisy-fifo-server")
 	t0 := time.Now()
 	pool := e.startFIFO(cfg.workers, 500, noisyTenant, d)
 	defer pool.stop()
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
 	stopProfile()
+	stopServerProfile()
 	r.lat, r.missing = latencies(tr, until, deadline, func(_ string, seq uint64) (time.Time, bool) {
 		pool.mu.Lock()
 		defer pool.mu.Unlock()

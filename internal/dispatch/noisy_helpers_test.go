@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -34,14 +33,17 @@ import (
 // benchPayload is a realistic small product body (~110 bytes).
 var benchPayload = []byte(`{"name":"Espresso machine","price":{"amount":41900,"currency":"EUR"},"tags":["kitchen","coffee"],"stock":17}`)
 
-// benchEnv is one fresh embedded JetStream server with PRODUCTS (and WORK),
+// benchEnv is one fresh JetStream server (testenv.BenchNATS: in a process
+// of its own unless FAIRWAY_BENCH_NATS=embedded) with PRODUCTS (and WORK),
 // plus, when asked, a fresh migrated PostgreSQL database. Each component
 // (publishers, dispatcher, sinks, observers) gets its own connection and
 // pool, as separate processes would.
 type benchEnv struct {
 	tb    testing.TB
 	ctx   context.Context
-	srv   *server.Server
+	url   string
+	nats  *testenv.NATSChild // nil: the server is embedded
+	stop  func()             // stops the server
 	dsn   string
 	mu    sync.Mutex
 	conns []*nats.Conn
@@ -57,7 +59,7 @@ func newBenchEnv(tb testing.TB, ctx context.Context, withPG bool) *benchEnv {
 			tb.Fatalf("migrate: %v", err)
 		}
 	}
-	e.srv = testenv.NATSServer(tb, tb.TempDir())
+	e.url, e.nats, e.stop = testenv.BenchNATS(tb)
 	js := e.js(e.conn("admin"))
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		tb.Fatal(err)
@@ -73,7 +75,7 @@ func newBenchEnv(tb testing.TB, ctx context.Context, withPG bool) *benchEnv {
 // conn opens a new client connection, closed by close.
 func (e *benchEnv) conn(name string) *nats.Conn {
 	e.tb.Helper()
-	nc, err := nats.Connect(e.srv.ClientURL(), nats.Name(name))
+	nc, err := nats.Connect(e.url, nats.Name(name))
 	if err != nil {
 		e.tb.Fatalf("connect %s: %v", name, err)
 	}
@@ -110,8 +112,8 @@ func (e *benchEnv) store() *tenancy.Store {
 	return st
 }
 
-// close closes every connection and pool and shuts the server down (the
-// test cleanup of testenv.NATSServer then finds it stopped).
+// close closes every connection and pool and stops the server, so the
+// next phase of a benchmark does not share the machine with it.
 func (e *benchEnv) close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -122,8 +124,7 @@ func (e *benchEnv) close() {
 		p.Close()
 	}
 	e.conns, e.pools = nil, nil
-	e.srv.Shutdown()
-	e.srv.WaitForShutdown()
+	e.stop()
 }
 
 var benchProductN atomic.Int64
@@ -360,6 +361,8 @@ type fakeSink struct {
 	d      *drain
 	ranges sync.Map // msg id without token -> true: re-dispatches are not counted twice
 	errs   atomic.Int64
+	bare   atomic.Int64 // events read without headers (work.Stored.Bare)
+	hdrs   atomic.Int64 // events read with headers
 	stop   func()
 }
 
@@ -409,6 +412,11 @@ func (s *fakeSink) apply(ctx context.Context, m jetstream.Msg, st *tenancy.Store
 	stored, err := rd.ReadItem(ctx, it) // as the runner reads
 	if err != nil || len(stored) != it.Count {
 		s.errs.Add(1)
+	}
+	if len(stored) > 0 && stored[0].Bare {
+		s.bare.Add(int64(len(stored)))
+	} else {
+		s.hdrs.Add(int64(len(stored)))
 	}
 	for _, ev := range stored {
 		if _, err := events.Decode(ev.Data); err != nil {

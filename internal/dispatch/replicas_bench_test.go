@@ -100,6 +100,17 @@ func (r *replicas) sum(tb testing.TB, name string) (value float64, count uint64)
 	return value, count
 }
 
+// bySource adds up fairway_dispatcher_grants_total over the replicas, by
+// its source label (index, feed, dense, read).
+func (r *replicas) bySource(tb testing.TB) map[string]float64 {
+	tb.Helper()
+	gs := make([]prometheus.Gatherer, len(r.regs))
+	for i, reg := range r.regs {
+		gs[i] = reg
+	}
+	return testenv.CounterBy(tb, "fairway_dispatcher_grants_total", "source", gs...)
+}
+
 // itemRecorder keeps every work item published on work.<dest>.>, once per
 // publish (a publish retried with the same Msg-Id is one item, as WORK
 // stores it once).

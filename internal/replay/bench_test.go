@@ -62,9 +62,20 @@ import (
 // FAIRWAY_BENCH_REPLAY_BATCH override the replay's rate and item size,
 // FAIRWAY_BENCH_REPLAY_LOOKAHEAD the dispatcher's ReplayLookahead ("off":
 // no replay feed). Also reported: the fraction of replayed events the sink
-// runner read bare (replay_bare_frac) and the process CPU the replay added
-// per replayed event (replay_cpu_us_per_event: CPU in the windows with the
-// replay less the same time's worth of the windows without).
+// runner read bare (replay_bare_frac), the CPU the replay added per
+// replayed event (replay_cpu_us_per_event: CPU of this process and the
+// server's in the windows with the replay less the same time's worth of
+// the windows without), and p99s of the parts of a small tenant's latency
+// (base_/replay_ ack, stored_to_item, item_to_apply, apply: see stages).
+//
+// The server runs in a process of its own by default, as in production
+// (FAIRWAY_BENCH_NATS=embedded runs it in this one): embedded, its heap
+// (the stream's dedup entries for every one of big's events) is marked by
+// every garbage collection the dispatcher and the runner cause, and those
+// collections, more frequent while the replay allocates, were most of the
+// small tenants' p99 rise (3.3× embedded against 1.37× in a process of its
+// own, 300,000 events, 2026-11-25). FAIRWAY_BENCH_PROFILE_DIR writes CPU
+// profiles of the first window with the replay and the first without.
 //
 // Run: FAIRWAY_BENCH_REPLAY_EVENTS=200000 go test -run '^$' -bench BenchmarkReplayImpact -benchtime 1x ./internal/replay/
 func BenchmarkReplayImpact(b *testing.B) {
@@ -99,7 +110,19 @@ func BenchmarkReplayImpact(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	e := newReplayBenchEnv(b, ctx)
+	// big's events are older than the stream's duplicate window when the
+	// replay begins, as a replay's events are in practice (it restores
+	// what a destination lost hours or days ago): the benchmark's stream
+	// keeps Nats-Msg-Ids for 5 s instead of 10 minutes and waits for big's
+	// to expire before it starts. FAIRWAY_BENCH_REPLAY_RECENT=1 replays
+	// events still in the default window instead: the server then holds a
+	// dedup entry for each of them throughout.
+	recent := os.Getenv("FAIRWAY_BENCH_REPLAY_RECENT") == "1"
+	dedup := 5 * time.Second
+	if recent {
+		dedup = events.StreamDuplicatesDefault
+	}
+	e := newReplayBenchEnv(b, ctx, dedup)
 
 	admin := e.store()
 	e.setLimit(admin, bigTenant, 4)
@@ -109,12 +132,15 @@ func BenchmarkReplayImpact(b *testing.B) {
 	pubStart := time.Now()
 	first, last := e.publishBulk(bigTenant, n, 4)
 	pubTook := time.Since(pubStart)
+	if !recent {
+		time.Sleep(dedup + time.Second) // the server drops big's dedup entries
+	}
 	// Already applied: the cursor is past every one of big's events.
 	if err := admin.SetCursor(ctx, bigTenant, tenancy.DestPostgres, last+1); err != nil {
 		b.Fatal(err)
 	}
 
-	fs := &timedSink{big: bigTenant, applied: map[uint64]time.Time{}}
+	fs := &timedSink{big: bigTenant, applied: map[uint64]applyTimes{}}
 	reg := prometheus.NewRegistry()
 	r, err := runner.New(ctx, runner.Deps{JetStream: e.js(e.conn("sink")), Sink: fs, Leases: e.store(), Registry: reg},
 		&runner.Config{Concurrency: workers})
@@ -147,6 +173,8 @@ func BenchmarkReplayImpact(b *testing.B) {
 	}
 	svc := &replay.Service{Store: admin, Pool: e.pools[0], JS: e.js(e.conn("replay")), Reader: work.NewReader(e.conn("reader"), "")}
 
+	items := watchLiveItems(b, e.conn("watch"), bigTenant)
+
 	b.ResetTimer()
 	t0 := time.Now()
 	tr := startLiveTrickle(ctx, pub, smalls, perSec, t0)
@@ -173,8 +201,8 @@ func BenchmarkReplayImpact(b *testing.B) {
 	var (
 		off, on []timeWindow
 		onTime  time.Duration
-		// This process's CPU time (the NATS server, dispatcher and sink
-		// runner all run in it) in the windows with and without the
+		// CPU time of the NATS server, dispatcher and sink runner
+		// (replayBenchEnv.cpu) in the windows with and without the
 		// replay: what the replay costs the machine, which a p99 on a
 		// shared 2-core machine shows only through its noise.
 		onCPU, offCPU, offTime time.Duration
@@ -187,10 +215,20 @@ func BenchmarkReplayImpact(b *testing.B) {
 		}
 		pause(!running)
 		w := timeWindow{from: time.Now()}
-		cpu0 := processCPU(b)
+		cpu0 := e.cpu(b)
+		stopProfile := func() {}
+		name, first := "replay-off", len(off) == 0
+		if running {
+			name, first = "replay-on", len(on) == 0
+		}
+		if first { // profile the first window of each kind
+			stop, stopServer := testenv.ProfileCPU(b, name), e.nats.ProfileCPU(b, name+"-server")
+			stopProfile = func() { stop(); stopServer() }
+		}
 		testenv.WaitUntil(ctx, w.from.Add(window), func() bool { return running && done() })
+		stopProfile()
 		w.to = time.Now()
-		cpu := processCPU(b) - cpu0
+		cpu := e.cpu(b) - cpu0
 		if running {
 			on, onTime, onCPU = append(on, w), onTime+w.to.Sub(w.from), onCPU+cpu
 		} else {
@@ -226,6 +264,11 @@ func BenchmarkReplayImpact(b *testing.B) {
 	if p := testenv.Percentile(base, 99); p > 0 {
 		b.ReportMetric(testenv.Percentile(during, 99)/p, "p99_ratio")
 	}
+	offStages, onStages := fs.stages(pubs, off, items), fs.stages(pubs, on, items)
+	for i, name := range stageNames {
+		b.ReportMetric(testenv.Percentile(offStages[i], 99), "base_"+name+"_p99_ms")
+		b.ReportMetric(testenv.Percentile(onStages[i], 99), "replay_"+name+"_p99_ms")
+	}
 	b.ReportMetric(onTime.Seconds(), "replay_s")
 	b.ReportMetric(float64(n)/onTime.Seconds(), "replay_events_per_s")
 	// CPU the replay added: the windows with it less what the same time
@@ -241,7 +284,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 	b.Logf("%d events of %s published in %v; %d windows of %v without the replay: %d small events (%d never applied), p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; "+
 		"%d windows with it (%d events in %v running, %.0f events/s): %d small events (%d never applied), p50 %.1fms p90 %.1fms p99 %.1fms max %.1fms; "+
 		"late publishes %d, publish errors %d, sink calls %d; replayed events read bare %.0f, with headers %.0f; "+
-		"process CPU %.1f%% of a core without the replay, %.1f%% with it (%.1f µs per replayed event)",
+		"CPU (this process and the server) %.1f%% of a core without the replay, %.1f%% with it (%.1f µs per replayed event)",
 		n, bigTenant, pubTook.Round(time.Millisecond), len(off), window, len(base), baseMissing,
 		testenv.Percentile(base, 50), testenv.Percentile(base, 90), testenv.Percentile(base, 99), testenv.Percentile(base, 100),
 		len(on), n, onTime.Round(time.Millisecond), float64(n)/onTime.Seconds(), len(during), duringMissing,
@@ -261,19 +304,20 @@ type replayBenchEnv struct {
 	tb    testing.TB
 	ctx   context.Context
 	url   string
+	nats  *testenv.NATSChild // nil: the server is embedded in this process
 	dsn   string
 	pools []*pgxpool.Pool
 }
 
-func newReplayBenchEnv(tb testing.TB, ctx context.Context) *replayBenchEnv {
+func newReplayBenchEnv(tb testing.TB, ctx context.Context, dedup time.Duration) *replayBenchEnv {
 	tb.Helper()
 	e := &replayBenchEnv{tb: tb, ctx: ctx, dsn: testenv.NewDatabase(tb)}
 	if _, err := migrate.Up(ctx, e.dsn); err != nil {
 		tb.Fatalf("migrate: %v", err)
 	}
-	e.url = testenv.NATSServer(tb, tb.TempDir()).ClientURL()
+	e.url, e.nats, _ = testenv.BenchNATS(tb)
 	js := e.js(e.conn("admin"))
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{Duplicates: dedup}); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
@@ -283,6 +327,22 @@ func newReplayBenchEnv(tb testing.TB, ctx context.Context) *replayBenchEnv {
 		tb.Fatal(err)
 	}
 	return e
+}
+
+// cpu returns the CPU time the benchmark's processes have used: this one
+// (dispatcher, sink runner, publishers) and the server's when it runs in
+// its own.
+func (e *replayBenchEnv) cpu(tb testing.TB) time.Duration {
+	tb.Helper()
+	d := processCPU(tb)
+	if e.nats != nil {
+		c, err := e.nats.CPU()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		d += c
+	}
+	return d
 }
 
 func (e *replayBenchEnv) conn(name string) *nats.Conn {
@@ -396,8 +456,12 @@ type timedSink struct {
 	calls      atomic.Int64
 	bigApplied atomic.Int64
 	mu         sync.Mutex
-	applied    map[uint64]time.Time // small tenants' events by sequence
+	applied    map[uint64]applyTimes // small tenants' events by sequence
 }
+
+// applyTimes is when JetStream stored a small tenant's event (as the
+// runner gave it) and when the Apply that first applied it began and ended.
+type applyTimes struct{ stored, start, end time.Time }
 
 var _ sink.Sink = (*timedSink)(nil)
 
@@ -405,6 +469,7 @@ func (s *timedSink) Name() string { return tenancy.DestPostgres }
 
 func (s *timedSink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) {
 	s.calls.Add(1)
+	start := time.Now()
 	t := time.NewTimer(time.Millisecond + time.Duration(len(batch))*20*time.Microsecond)
 	defer t.Stop()
 	select {
@@ -421,7 +486,7 @@ func (s *timedSink) Apply(ctx context.Context, batch []sink.Record) ([]error, er
 			continue
 		}
 		if _, ok := s.applied[r.Seq]; !ok {
-			s.applied[r.Seq] = now
+			s.applied[r.Seq] = applyTimes{stored: r.PublishedAt, start: start, end: now}
 		}
 	}
 	s.mu.Unlock()
@@ -433,6 +498,81 @@ func (s *timedSink) appliedCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.applied)
+}
+
+// liveItems records when each small-tenant event first appeared in a work
+// item on WORK (a core subscription sees the dispatcher's publish).
+type liveItems struct {
+	mu   sync.Mutex
+	seen map[uint64]time.Time
+}
+
+func watchLiveItems(tb testing.TB, nc *nats.Conn, big string) *liveItems {
+	tb.Helper()
+	li := &liveItems{seen: map[uint64]time.Time{}}
+	sub, err := nc.Subscribe(work.SubjectPrefix+".>", func(m *nats.Msg) {
+		at := time.Now()
+		it, err := work.Decode(m.Data)
+		if err != nil || it.Tenant == big {
+			return
+		}
+		li.mu.Lock()
+		defer li.mu.Unlock()
+		add := func(seq uint64) {
+			if _, ok := li.seen[seq]; !ok {
+				li.seen[seq] = at
+			}
+		}
+		if len(it.Seqs) > 0 {
+			for _, seq := range it.Seqs {
+				add(seq)
+			}
+			return
+		}
+		for seq := it.FromSeq; seq <= it.ToSeq; seq++ {
+			add(seq)
+		}
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		tb.Fatal(err)
+	}
+	return li
+}
+
+// stageNames name the parts of a small tenant's latency stages returns.
+var stageNames = []string{"ack", "stored_to_item", "item_to_apply", "apply"}
+
+// stages splits the latency of every event in pubs published in windows
+// (past settle) into: publish → acknowledged, stored → its work item on
+// WORK (the dispatcher), work item → Apply began (the runner's fetch, read
+// and decode), Apply's own time. Events missing a time are left out.
+func (s *timedSink) stages(pubs []livePub, windows []timeWindow, li *liveItems) [][]time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	li.mu.Lock()
+	defer li.mu.Unlock()
+	out := make([][]time.Duration, len(stageNames))
+	for _, p := range pubs {
+		in := false
+		for _, w := range windows {
+			in = in || (!p.at.Before(w.from.Add(settle)) && p.at.Before(w.to))
+		}
+		at, ok := s.applied[p.seq]
+		seen, ok2 := li.seen[p.seq]
+		if !in || !ok || !ok2 {
+			continue
+		}
+		for i, d := range []time.Duration{p.acked.Sub(p.at), seen.Sub(at.stored), at.start.Sub(seen), at.end.Sub(at.start)} {
+			out[i] = append(out[i], d)
+		}
+	}
+	for _, ds := range out {
+		slices.Sort(ds)
+	}
+	return out
 }
 
 // timeWindow is [from, to).
@@ -460,19 +600,20 @@ func (s *timedSink) latencies(pubs []livePub, windows []timeWindow, skip time.Du
 		at, ok := s.applied[p.seq]
 		if !ok {
 			missing++
-			at = deadline
+			at.end = deadline
 		}
-		ds = append(ds, at.Sub(p.at))
+		ds = append(ds, at.end.Sub(p.at))
 	}
 	slices.Sort(ds)
 	return ds, missing
 }
 
-// livePub is one small-tenant event: its sequence and when its publish
-// began.
+// livePub is one small-tenant event: its sequence, when its publish began
+// and when it was acknowledged.
 type livePub struct {
-	seq uint64
-	at  time.Time
+	seq   uint64
+	at    time.Time
+	acked time.Time // when the publish was acknowledged
 }
 
 // liveTrickle publishes perSec events per second for each tenant, each on
@@ -512,7 +653,7 @@ func startLiveTrickle(ctx context.Context, pub *events.Publisher, tenants []stri
 					continue
 				}
 				tr.mu.Lock()
-				tr.pubs = append(tr.pubs, livePub{r.Seq, at})
+				tr.pubs = append(tr.pubs, livePub{r.Seq, at, time.Now()})
 				tr.mu.Unlock()
 			}
 		})
@@ -574,22 +715,5 @@ func processCPU(tb testing.TB) time.Duration {
 // grantSources returns fairway_dispatcher_grants_total by source.
 func grantSources(tb testing.TB, reg prometheus.Gatherer) map[string]float64 {
 	tb.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "fairway_dispatcher_grants_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "source" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return out
+	return testenv.CounterBy(tb, "fairway_dispatcher_grants_total", "source", reg)
 }
