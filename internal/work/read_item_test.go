@@ -4,11 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/nats-io/nats.go"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -20,14 +19,8 @@ import (
 // shared with other tenants (read with the server's subject filter).
 func TestReadItem(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	nc, stream, pub := products(t)
 	ctx := context.Background()
-	stream, err := events.EnsureStream(ctx, js, events.StreamConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := events.NewPublisher(js)
 	seqOf := map[uint64]string{} // seq → tenant
 	publish := func(tenants ...string) []uint64 {
 		t.Helper()
@@ -142,14 +135,8 @@ func TestItemSeqsValidate(t *testing.T) {
 // with headers instead, so the result is what the header path returns.
 func TestReadItemBare(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	nc, stream, pub := products(t)
 	ctx := context.Background()
-	stream, err := events.EnsureStream(ctx, js, events.StreamConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := events.NewPublisher(js)
 	body := map[uint64]string{} // seq → product id
 	publish := func(tenants ...string) []uint64 {
 		t.Helper()

@@ -66,6 +66,7 @@ type directGetRequest struct {
 	Batch     int        `json:"batch,omitempty"`
 	MaxBytes  int        `json:"max_bytes,omitempty"`
 	NoHdr     bool       `json:"no_hdr,omitempty"`
+	MultiLast []string   `json:"multi_last,omitempty"`
 }
 
 // ReadOptions shape one Next call.
@@ -96,6 +97,29 @@ func (r *Reader) Pending(ctx context.Context, tenant string, from uint64) (uint6
 		return 0, err
 	}
 	return 1 + b.Pending, nil
+}
+
+// lastSeqBatch bounds the answer of LastSeq: a tenant has one subject per
+// op (events.Op), two today.
+const lastSeqBatch = 64
+
+// LastSeq returns the sequence of tenant's last event (0: none): one
+// batched direct get of the last message on each of the tenant's subjects
+// (multi_last), which the server answers from its per-subject state.
+func (r *Reader) LastSeq(ctx context.Context, tenant string) (uint64, error) {
+	subj, err := events.TenantSubjects(tenant)
+	if err != nil {
+		return 0, err
+	}
+	b, err := r.get(ctx, tenant, directGetRequest{MultiLast: []string{subj}, Batch: lastSeqBatch}, 0, 0, ReadOptions{NoData: true})
+	if err != nil {
+		return 0, err
+	}
+	var last uint64
+	for _, m := range b.Msgs {
+		last = max(last, m.Seq)
+	}
+	return last, nil
 }
 
 // FirstAt returns tenant's first event stored at or after t; ok is false

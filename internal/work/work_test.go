@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -107,13 +108,8 @@ func TestWorkStreamDedup(t *testing.T) {
 
 func TestReaderReadsOneTenantInOrder(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	nc, _, pub := products(t)
 	ctx := context.Background()
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := events.NewPublisher(js)
 	var evs []events.Event
 	for i := 1; i <= 30; i++ {
 		tenant := []string{"acme", "globex", "acme"}[i%3]
@@ -172,4 +168,47 @@ func TestReaderReadsOneTenantInOrder(t *testing.T) {
 	if seq, ok, err := rd.NextSeqFromLeader(ctx, "acme", acmeSeqs[len(acmeSeqs)-1]+1); err != nil || ok {
 		t.Fatalf("NextSeqFromLeader past the end: %d %v %v, want none", seq, ok, err)
 	}
+
+	// LastSeq: the tenant's last event over all its subjects (here an
+	// upsert after a delete, then another tenant's event).
+	var last []uint64
+	for _, e := range []events.Event{
+		{Tenant: "acme", ProductID: "p1", Version: 2, Op: events.OpDelete, OccurredAt: time.Now()},
+		{Tenant: "acme", ProductID: "p2", Version: 2, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)},
+		{Tenant: "globex", ProductID: "p3", Version: 2, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)},
+	} {
+		r := pub.Publish(ctx, []events.Event{e})[0]
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		last = append(last, r.Seq)
+	}
+	for tenant, want := range map[string]uint64{"acme": last[1], "globex": last[2], "nobody": 0} {
+		if got, err := rd.LastSeq(ctx, tenant); err != nil || got != want {
+			t.Fatalf("LastSeq(%s) = %d, %v; want %d", tenant, got, err, want)
+		}
+	}
+	if _, err := rd.LastSeq(ctx, "a.b"); !errors.Is(err, events.ErrInvalidTenant) {
+		t.Fatalf("LastSeq of an invalid tenant: %v", err)
+	}
+}
+
+// products starts an embedded server holding the PRODUCTS stream and
+// returns a connection to it, the stream and a publisher.
+func products(t *testing.T) (*nats.Conn, jetstream.Stream, *events.Publisher) {
+	t.Helper()
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := events.EnsureStream(context.Background(), js, events.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := events.NewPublisher(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, stream, pub
 }
