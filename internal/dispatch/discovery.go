@@ -77,24 +77,31 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 		wg.Go(func() {
 			defer func() { <-sem }()
 			backlog, first, err := d.probe(ctx, p.tenant, ps.NextSeq)
+			var run denseRun
+			if err == nil {
+				run, err = d.denseBacklog(ctx, p.tenant, ps.NextSeq, backlog, first)
+			}
 			if err != nil {
 				mu.Lock()
 				firstErr = err
 				mu.Unlock()
 				return
 			}
-			if first > 0 {
+			if first > 0 && run.until == 0 {
 				// The tenant's first waiting event, not its cursor: a
 				// cursor far behind it (1, for a tenant new to the
 				// destination) would have the backfill deliver every
-				// other tenant's events in between.
+				// other tenant's events in between. A backlog that is one
+				// dense run up to the tenant's last event needs no
+				// backfill: its last was read after lastSeq, so the
+				// tenant has no event in between.
 				mu.Lock()
 				if oldest == 0 || first < oldest {
 					oldest = first
 				}
 				mu.Unlock()
 			}
-			p.x.seed(ps, backlog, first, 0)
+			p.x.seed(ps, backlog, first, run)
 		})
 	}
 	wg.Wait()
@@ -140,9 +147,13 @@ func (d *Dispatcher) reloadPair(ctx context.Context, tenant, dest string) {
 		}
 		ps, err := d.st.PairState(ctx, tenant, dest)
 		if err == nil {
-			var backlog, first, dense uint64
+			var backlog, first uint64
+			var dense denseRun
 			if backlog, first, err = d.probe(ctx, tenant, ps.NextSeq); err == nil {
 				dense, err = d.denseReplay(ctx, ps, backlog, first)
+			}
+			if err == nil && dense.until == 0 {
+				dense, err = d.denseBacklog(ctx, tenant, ps.NextSeq, backlog, first)
 			}
 			if err == nil && x.seed(ps, backlog, first, dense) {
 				return
@@ -169,22 +180,53 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// denseReplay returns ps.ReplayUntil when every sequence of the replayed
-// range [ps.NextSeq, ps.ReplayUntil) is the tenant's (one more probe: the
-// tenant's events from the range's end on), else 0. backlog and first are
-// the probe at the cursor.
-func (d *Dispatcher) denseReplay(ctx context.Context, ps tenancy.PairState, backlog, first uint64) (uint64, error) {
+// denseReplay returns the replayed range [ps.NextSeq, ps.ReplayUntil) as
+// a dense run when every sequence of it is the tenant's (one more probe:
+// the tenant's events from the range's end on), else the zero run.
+// backlog and first are the probe at the cursor.
+func (d *Dispatcher) denseReplay(ctx context.Context, ps tenancy.PairState, backlog, first uint64) (denseRun, error) {
 	if !ps.Replaying() || first != ps.NextSeq {
-		return 0, nil
+		return denseRun{}, nil
 	}
 	after, _, err := d.probe(ctx, ps.Tenant, ps.ReplayUntil)
 	if err != nil {
-		return 0, err
+		return denseRun{}, err
 	}
 	if backlog >= after && backlog-after == ps.ReplayUntil-ps.NextSeq {
-		return ps.ReplayUntil, nil
+		return denseRun{low: ps.NextSeq, from: ps.NextSeq, until: ps.ReplayUntil}, nil
 	}
-	return 0, nil
+	return denseRun{}, nil
+}
+
+// denseBacklog returns the tenant's backlog as one dense run, from its
+// first waiting event through its last event, when no other tenant's event
+// lies among them (a flood queued while the others were quiet): grants
+// then cut it by arithmetic, and the backfill need not deliver it. Else the
+// zero run. backlog and first are the probe at cursor; backlogs under a
+// batch are not checked (a grant reads them in one request anyway).
+//
+// Two more requests: the tenant's last sequence (multi_last), then the
+// count of its events after that. backlog - after is at most the number of
+// the tenant's events in [first, last] (after was counted later: events
+// stored in between only lower it), so when it equals last - first + 1
+// every sequence there is the tenant's. A tenant still publishing may so
+// fail the check; it is then indexed as before.
+func (d *Dispatcher) denseBacklog(ctx context.Context, tenant string, cursor, backlog, first uint64) (denseRun, error) {
+	if first == 0 || backlog < uint64(d.cfg.BatchSize) {
+		return denseRun{}, nil
+	}
+	last, err := d.rd.LastSeq(ctx, tenant)
+	if err != nil || last < first || last-first+1 > backlog {
+		return denseRun{}, err
+	}
+	after, _, err := d.probe(ctx, tenant, last+1)
+	if err != nil {
+		return denseRun{}, err
+	}
+	if backlog < after || backlog-after != last-first+1 {
+		return denseRun{}, nil
+	}
+	return denseRun{low: cursor, from: first, until: last + 1}, nil
 }
 
 // backfillFrom is where the backfill starts: the oldest event waiting to

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -410,7 +411,8 @@ func TestBackfillStartsAtFirstPendingEvent(t *testing.T) {
 }
 
 // A tenant at its slot limit whose events are not indexed (no backfill
-// here) is cut from reads of PRODUCTS. After the first grant finds the
+// here, and another tenant's events among them, so not one dense run) is
+// cut from reads of PRODUCTS. After the first grant finds the
 // limit, each release frees one slot, and the next grant reads one batch,
 // not a whole grant's worth (GrantBatches batches) of which it could
 // dispatch one: the events read stay near the events dispatched.
@@ -422,11 +424,16 @@ func TestReadAtLimitReadsFreedSlots(t *testing.T) {
 		n     = 400
 	)
 	e.tenant("acme", 1, 1, pg)
-	seqs := e.publish("acme", n)
+	e.tenant("other", 1, 1, pg)
+	var seqs []uint64
+	for range n / 100 {
+		seqs = append(seqs, e.publish("acme", 100)...)
+		e.publish("other", 1)
+	}
 	s := e.startSink(pg, 1, nil, func() time.Duration { return 5 * time.Millisecond })
 	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, GrantBatches: 4, Backfill: -1, PollInterval: time.Hour}, nil)
 	e.waitFor("the backlog applied", func() bool { return s.events("acme") >= n })
-	checkExactlyOnce(t, s.snapshot(), map[string][]uint64{"acme": seqs}, false)
+	checkExactlyOnce(t, filterTenant(s.snapshot(), "acme"), map[string][]uint64{"acme": seqs}, false)
 	read, reads := d.ReadEvents(pg), d.Grants(pg, "read")
 	t.Logf("%d events dispatched in %d items; %.0f grants read %.0f events", n, len(s.snapshot()), reads, read)
 	if reads < n/batch {
@@ -437,5 +444,122 @@ func TestReadAtLimitReadsFreedSlots(t *testing.T) {
 	// whole grant's worth each time would read about 4n.
 	if limit := 1.5 * n; read > limit {
 		t.Fatalf("the dispatcher read %.0f events to dispatch %d at a slot limit of 1, want at most %.0f", read, n, limit)
+	}
+}
+
+// A tenant's backlog that is one run of its own events (a flood queued
+// while the others were quiet) is cut by arithmetic: no grant reads it and
+// the backfill does not deliver it. A backlog with another tenant's events
+// among it is not taken for one (its items would then claim the other's
+// sequences, which checkExactlyOnce catches).
+func TestDenseBacklogIsCutByArithmetic(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// quietFirst: another tenant's events come before the flood, so
+		// the flood's cursor (1) is below its first event; with the
+		// backfill on they would make it deliver the flood too.
+		quietFirst bool
+		backfill   int64
+	}{{"backfill", false, 0}, {"below the cursor", true, -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const n, batch = 1000, 100
+			e := setup(t, time.Minute)
+			e.tenant("flood", 1, 8, pg)
+			e.tenant("quiet", 1, 1, pg)
+			e.tenant("mixed", 1, 8, pg)
+			seqs := map[string][]uint64{}
+			add := func(tenant string, k int) { seqs[tenant] = append(seqs[tenant], e.publish(tenant, k)...) }
+			if tc.quietFirst {
+				add("quiet", 2)
+			}
+			add("flood", n)
+			add("quiet", 2)
+			for range 5 {
+				add("mixed", batch)
+				add("quiet", 1)
+			}
+			others := len(seqs["quiet"]) + len(seqs["mixed"])
+			s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
+			var (
+				mu     sync.Mutex
+				grants [][]tenancy.Lease // the flood's, as committed
+			)
+			d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, Backfill: tc.backfill, PollInterval: time.Hour}, func(d *dispatch.Dispatcher) {
+				d.SetAfterCommit(func(ls []tenancy.Lease) {
+					if ls[0].Tenant == "flood" {
+						mu.Lock()
+						grants = append(grants, ls)
+						mu.Unlock()
+					}
+				})
+			})
+			e.waitFor("every backlog applied", func() bool {
+				return s.events("flood") >= n && s.events("mixed") >= len(seqs["mixed"]) && s.events("quiet") >= len(seqs["quiet"])
+			})
+			checkExactlyOnce(t, s.snapshot(), seqs, false)
+			dense, read, back := d.Grants(pg, "dense"), d.ReadEvents(pg), d.Wakeups("backfill")
+			t.Logf("dense grants %.0f, events read %.0f, backfill delivered %.0f", dense, read, back)
+			if most := float64(n / (dispatch.GrantBatchesDefault * batch)); dense < most {
+				t.Errorf("%.0f grants cut by arithmetic, want at least %.0f (the flood's)", dense, most)
+			}
+			if tc.backfill == 0 {
+				// The backfill starts after the flood: it delivers the
+				// others' events only. (Grants of theirs that come before it
+				// has a grant's worth read them.)
+				if back != float64(others) {
+					t.Errorf("the backfill delivered %.0f events, want the others' %d", back, others)
+				}
+			} else if read >= n {
+				t.Errorf("grants read %.0f events, the flood (%d) among them", read, n)
+			}
+
+			// The flood's items carry their events' store times, learned
+			// with a few requests (work.Reader.RangeTimes), so that sinks
+			// read them without headers: every item whose grant spans few
+			// enough milliseconds to be worth the requests (on a slow
+			// machine not all are), and every time is the stored one.
+			rd := work.NewReader(e.nc, "")
+			timed := map[uint64]bool{}
+			for _, it := range filterTenant(s.snapshot(), "flood") {
+				if it.Times == nil {
+					continue
+				}
+				timed[it.FromSeq] = true
+				stored, err := rd.ReadItemHeaders(e.ctx, it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, m := range stored {
+					if at := it.Times.At(i); !at.Equal(time.UnixMilli(m.Time.UnixMilli())) {
+						t.Fatalf("item %d..%d event %d: time %v, stored %v", it.FromSeq, it.ToSeq, i, at, m.Time)
+					}
+				}
+			}
+			storedAt := func(seq uint64) int64 {
+				b, err := rd.Next(e.ctx, "flood", seq, seq, work.ReadOptions{Max: 1, NoData: true})
+				if err != nil || len(b.Msgs) != 1 {
+					t.Fatalf("read %d: %v", seq, err)
+				}
+				return b.Msgs[0].Time.UnixMilli()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			worth := 0
+			for _, ls := range grants {
+				from, to := ls[0].FromSeq, ls[len(ls)-1].ToSeq
+				if storedAt(to)-storedAt(from) > int64(work.RangeTimesSpan(int(to-from+1))) {
+					continue
+				}
+				worth++
+				for _, l := range ls {
+					if !timed[l.FromSeq] {
+						t.Errorf("item %d..%d of grant %d..%d carries no store times", l.FromSeq, l.ToSeq, from, to)
+					}
+				}
+			}
+			t.Logf("%d of the flood's %d grants spanned few enough milliseconds for times; %d items carry them", worth, len(grants), len(timed))
+		})
 	}
 }

@@ -173,7 +173,7 @@ func TestBackfillKeepsScanBacklog(t *testing.T) {
 	}
 	x := newDestination(d, "postgres", sched)
 	// The scan: 200 events of solo from sequence 1.
-	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 200, 1, 0)
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 200, 1, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 16; seq++ {
 		x.bell("solo", seq, at, true)
@@ -200,13 +200,13 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	}
 	x := newDestination(d, "postgres", sched)
 	d.liveFrom.Store(1) // the doorbell follows the stream from its start
-	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, 0, 0, 0)
+	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, 0, 0, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 100; seq++ {
 		x.bell("other", seq, at, false)
 	}
 	// The owner dispatched 90 of them; a poll tells this dispatcher.
-	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 91, Weight: 1}, 10, 91, 0)
+	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 91, Weight: 1}, 10, 91, denseRun{})
 	x.mu.Lock()
 	held := x.tenants["other"].live.count()
 	x.mu.Unlock()
@@ -219,7 +219,7 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	// tenant's next live events (the 10,000-tenant benchmark's second
 	// round took 17 s instead of 5).
 	d.liveFrom.Store(200)
-	x.seed(tenancy.PairState{Tenant: "fresh", NextSeq: 150, Weight: 1}, 0, 0, 0)
+	x.seed(tenancy.PairState{Tenant: "fresh", NextSeq: 150, Weight: 1}, 0, 0, denseRun{})
 	x.mu.Lock()
 	floor := x.tenants["fresh"].live.floor
 	x.mu.Unlock()
