@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -52,10 +53,11 @@ type NATSChild struct {
 // dedup entries and caches) under every garbage collection the measured
 // code triggers. The child is this test binary run again; it stops at
 // Stop, when the test ends, or when this process dies (its stdin closes).
-func NATSProcess(tb testing.TB, dir string) *NATSChild {
+// env ("GOGC=400", say) is added to the child's environment.
+func NATSProcess(tb testing.TB, dir string, env ...string) *NATSChild {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), natsChildEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), env...), natsChildEnv+"="+dir)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -188,6 +190,16 @@ func (c *NATSChild) CPU() (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
+// BenchNATSGOGC is the GOGC of a benchmark's server process: what
+// deploy/nats recommends for nats-server. With Go's default of 100 the
+// server collected about every 0.7 s while a million-event flood drained
+// (its live heap 150-240 MB), and a collection could stall its stream
+// requests for 85-115 ms (each drops the file store's block caches, and
+// the next write reloads the block): those stalls set the noisy-neighbour
+// benchmark's small-tenant p99 (deploy/nats/README.md, "Garbage
+// collection").
+const BenchNATSGOGC = "400"
+
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every
 // Linux architecture Go supports.
 const clockTicks = 100
@@ -198,11 +210,16 @@ const clockTicks = 100
 // measured; or embedded in this process (FAIRWAY_BENCH_NATS=embedded;
 // child is then nil). stop shuts it down before the benchmark ends, when
 // it should not outlive a phase.
+//
+// The child runs with GOGC=BenchNATSGOGC, as deploy/nats recommends
+// running nats-server (its README, "Garbage collection"), unless
+// FAIRWAY_BENCH_NATS_GOGC says otherwise (100 is Go's default).
 func BenchNATS(tb testing.TB) (url string, child *NATSChild, stop func()) {
 	tb.Helper()
 	switch v := os.Getenv("FAIRWAY_BENCH_NATS"); v {
 	case "", "process":
-		c := NATSProcess(tb, tb.TempDir())
+		gogc := cmp.Or(os.Getenv("FAIRWAY_BENCH_NATS_GOGC"), BenchNATSGOGC)
+		c := NATSProcess(tb, tb.TempDir(), "GOGC="+gogc)
 		return c.URL, c, func() {
 			if err := c.Stop(); err != nil {
 				tb.Error(err)

@@ -3,9 +3,12 @@ package testenv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +18,8 @@ import (
 	"github.com/fairwayhq/fairway/internal/testenv"
 )
 
-// TestNATSProcess checks the server NATSProcess runs in a child process:
+// TestNATSProcess checks the server NATSProcess runs in a child process
+// (with the environment it was given):
 // it serves JetStream from the directory given, is another process than
 // this one, reports its CPU time, keeps its store across a restart on the
 // same directory, writes a CPU profile when asked, and is gone after Stop
@@ -25,9 +29,16 @@ func TestNATSProcess(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 
-	c := testenv.NATSProcess(t, dir)
+	c := testenv.NATSProcess(t, dir, "GOGC=400")
 	if c.PID == os.Getpid() || c.PID <= 0 {
 		t.Fatalf("child pid %d, this process %d", c.PID, os.Getpid())
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", c.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Split(string(environ), "\x00"), "GOGC=400") {
+		t.Errorf("the child's environment lacks GOGC=400")
 	}
 	nc, err := nats.Connect(c.URL)
 	if err != nil {
