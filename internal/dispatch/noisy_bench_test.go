@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,11 +15,18 @@ import (
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
-// Noisy-neighbor workload, all on real servers (embedded JetStream with
-// file storage, the local PostgreSQL):
+// Noisy-neighbor workload, all on real servers (a nats-server with file
+// storage in its own process, testenv.BenchNATS; the local PostgreSQL):
 //
 //   - tenant "noisy" has FAIRWAY_BENCH_NOISY_EVENTS (default 1,000,000)
-//     events queued before the clock starts (published by 4 publishers);
+//     events queued before the clock starts (published by 4 publishers).
+//     Queued while nobody else published, they are one run of the
+//     tenant's own sequences, which the dispatcher cuts by arithmetic.
+//     FAIRWAY_BENCH_NOISY_TENANTS=N (default 1) splits the same backlog
+//     between N noisy tenants ("noisy", "noisy2", ...) whose events
+//     alternate one by one, as two catalogs imported at once would: no
+//     backlog is one run then, and the dispatcher cuts it from the
+//     sequences its doorbell and start-up backfill deliver;
 //   - 100 small tenants each publish 5 events/s for FAIRWAY_BENCH_WINDOW
 //     (default 20s) from the moment the clock starts;
 //   - one destination, 16 sink workers, apply time applyCost(n) = 1ms +
@@ -60,6 +68,7 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 		perSec:      5,
 		workers:     16,
 		limit:       testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_LIMIT", 16),
+		floods:      testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_TENANTS", 1),
 		dispatchers: benchDispatchers(b),
 	}
 	for i := range cfg.small {
@@ -86,6 +95,7 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 		b.ReportMetric(fifoP99/tp, "take_p99_ratio")
 	}
 	b.ReportMetric(float64(cfg.dispatchers), "dispatchers")
+	b.ReportMetric(float64(cfg.floods), "noisy_tenants")
 	b.ReportMetric(fair.cpuPct, "fair_drain_cpu_pct")
 	b.ReportMetric(fair.noisyPerSec, "fair_noisy_events_per_s")
 	b.ReportMetric(fair.totalPerSec, "fair_events_per_s")
@@ -112,6 +122,7 @@ type noisyConfig struct {
 	perSec      float64
 	workers     int
 	limit       int // the noisy tenant's slot limit
+	floods      int // noisy tenants sharing the backlog, their events interleaved
 	dispatchers int // fairway dispatchers side by side
 	smalls      []string
 }
@@ -133,6 +144,29 @@ type noisyResult struct {
 }
 
 const noisyTenant = "noisy"
+
+// noisyTenants are the tenants of the backlog: "noisy" alone, or with
+// floods-1 more ("noisy2", ...) whose events alternate with its own, so
+// that no tenant's backlog is one run of its own events (two catalogs
+// imported at once): the dispatcher then cuts it from its index instead
+// of by arithmetic.
+func (c noisyConfig) noisyTenants() []string {
+	ts := []string{noisyTenant}
+	for i := 2; i <= c.floods; i++ {
+		ts = append(ts, fmt.Sprintf("%s%d", noisyTenant, i))
+	}
+	return ts
+}
+
+// isNoisy tells the backlog's tenants from the small ones.
+func (c noisyConfig) isNoisy(tenant string) bool { return strings.HasPrefix(tenant, noisyTenant) }
+
+// publishBacklog publishes the noisy backlog, its tenants' events
+// alternating one by one.
+func (c noisyConfig) publishBacklog(e *benchEnv) {
+	ts := c.noisyTenants()
+	e.publishBulk(c.noisyN, 4, func(i int) string { return ts[i%len(ts)] })
+}
 
 // finish waits for the trickle, the noisy drain and every small event to be
 // applied (or the deadline), then fills in throughput.
@@ -183,17 +217,19 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 			b.Fatal(err)
 		}
 	}
-	setLimit(noisyTenant, cfg.limit)
+	for _, t := range cfg.noisyTenants() {
+		setLimit(t, cfg.limit)
+	}
 	for _, s := range cfg.smalls {
 		setLimit(s, 1)
 	}
 	start := time.Now()
-	e.publishBulk(cfg.noisyN, 4, func(int) string { return noisyTenant })
+	cfg.publishBacklog(e)
 	r.publish = time.Since(start)
 
 	d := newDrain(cfg.noisyN)
-	obs, rec := e.observeWork(tenancy.DestPostgres, func(t string) bool { return t != noisyTenant })
-	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, e.store(), noisyTenant, d)
+	obs, rec := e.observeWork(tenancy.DestPostgres, func(t string) bool { return !cfg.isNoisy(t) })
+	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, e.store(), cfg.isNoisy, d)
 	defer sink.stop()
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {
@@ -224,6 +260,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	stopServerProfile()
 	r.lat, r.missing = latencies(tr, until, deadline, obs.when)
 	r.take, r.takeMissing = latencies(tr, until, deadline, sink.takes.when)
+	b.Logf("fairway: the slowest small-tenant events (published at +t after the drain began at %s): %s", t0.Format("15:04:05.000"), slowest(tr, t0, until, deadline, obs.when, 20))
 	r.errs = sink.errs.Load()
 	readN, _ := reps.sum(b, "fairway_dispatcher_read_events_total")
 	b.Logf("fairway: the sink read %d events without headers, %d with; grants by source %v, the dispatcher read %.0f events", sink.bare.Load(), sink.hdrs.Load(), reps.bySource(b), readN)
@@ -295,7 +332,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	e := newBenchEnv(b, ctx, false)
 	defer e.close()
 	start := time.Now()
-	e.publishBulk(cfg.noisyN, 4, func(int) string { return noisyTenant })
+	cfg.publishBacklog(e)
 	r.publish = time.Since(start)
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {
@@ -306,7 +343,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	stopProfile := testenv.ProfileCPU(b, "noisy-fifo")
 	stopServerProfile := e.nats.ProfileCPU(b, "noisy-fifo-server")
 	t0 := time.Now()
-	pool := e.startFIFO(cfg.workers, 500, noisyTenant, d)
+	pool := e.startFIFO(cfg.workers, 500, cfg.isNoisy, d)
 	defer pool.stop()
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
@@ -390,7 +427,7 @@ func BenchmarkManyTenants(b *testing.B) {
 	pubTook := time.Since(pubStart)
 
 	obs, rec := e.observeWork(tenancy.DestPostgres, func(string) bool { return true })
-	sink := e.startFakeSink(tenancy.DestPostgres, 16, e.store(), "-", newDrain(1))
+	sink := e.startFakeSink(tenancy.DestPostgres, 16, e.store(), func(string) bool { return false }, newDrain(1))
 	defer sink.stop()
 	reps := e.newReplicas(dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})
 	rss0, heap0 := vmRSS(b), liveHeap()

@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -366,7 +367,7 @@ type fakeSink struct {
 	stop   func()
 }
 
-func (e *benchEnv) startFakeSink(dest string, workers int, st *tenancy.Store, noisy string, d *drain) *fakeSink {
+func (e *benchEnv) startFakeSink(dest string, workers int, st *tenancy.Store, noisy func(tenant string) bool, d *drain) *fakeSink {
 	e.tb.Helper()
 	nc := e.conn("sink")
 	js := e.js(nc)
@@ -398,7 +399,7 @@ func (e *benchEnv) startFakeSink(dest string, workers int, st *tenancy.Store, no
 	return s
 }
 
-func (s *fakeSink) apply(ctx context.Context, m jetstream.Msg, st *tenancy.Store, rd *work.Reader, noisy string) {
+func (s *fakeSink) apply(ctx context.Context, m jetstream.Msg, st *tenancy.Store, rd *work.Reader, noisy func(string) bool) {
 	at := time.Now()
 	it, err := work.Decode(m.Data())
 	if err != nil {
@@ -406,7 +407,7 @@ func (s *fakeSink) apply(ctx context.Context, m jetstream.Msg, st *tenancy.Store
 		_ = m.Term()
 		return
 	}
-	if it.Tenant != noisy {
+	if !noisy(it.Tenant) {
 		s.takes.add(it, at)
 	}
 	stored, err := rd.ReadItem(ctx, it) // as the runner reads
@@ -432,7 +433,7 @@ func (s *fakeSink) apply(ctx context.Context, m jetstream.Msg, st *tenancy.Store
 	if _, dup := s.ranges.LoadOrStore(key, true); dup {
 		return
 	}
-	if it.Tenant == noisy {
+	if noisy(it.Tenant) {
 		s.d.applied(it.Count, 0)
 	} else {
 		s.d.applied(0, it.Count)
@@ -451,7 +452,7 @@ type fifoPool struct {
 	stop  func()
 }
 
-func (e *benchEnv) startFIFO(workers, batch int, noisy string, d *drain) *fifoPool {
+func (e *benchEnv) startFIFO(workers, batch int, noisy func(tenant string) bool, d *drain) *fifoPool {
 	e.tb.Helper()
 	js := e.js(e.conn("fifo"))
 	cons, err := js.CreateOrUpdateConsumer(e.ctx, events.StreamName, jetstream.ConsumerConfig{
@@ -487,7 +488,7 @@ func (e *benchEnv) startFIFO(workers, batch int, noisy string, d *drain) *fifoPo
 						f.errs.Add(1)
 						continue
 					}
-					if ev.Tenant == noisy {
+					if noisy(ev.Tenant) {
 						noisyN++
 						continue
 					}
@@ -525,8 +526,31 @@ func (e *benchEnv) startFIFO(workers, batch int, noisy string, d *drain) *fifoPo
 // from its publish to when (seen) it was dispatched or taken. missing
 // counts events never seen; they count as seen at deadline.
 func latencies(tr *trickle, until, deadline time.Time, when func(tenant string, seq uint64) (time.Time, bool)) (ds []time.Duration, missing int) {
+	for _, s := range samples(tr, until, deadline, when) {
+		ds = append(ds, s.lat)
+		if !s.seen {
+			missing++
+		}
+	}
+	slices.Sort(ds)
+	return ds, missing
+}
+
+// sample is one small-tenant event of a latency sample: its tenant, when
+// its publish began, its latency, and whether it was seen at all.
+type sample struct {
+	tenant string
+	at     time.Time
+	lat    time.Duration
+	seen   bool
+}
+
+// samples are the events tr published before until with their latencies
+// to when; one never seen counts as seen at deadline.
+func samples(tr *trickle, until, deadline time.Time, when func(tenant string, seq uint64) (time.Time, bool)) []sample {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	var out []sample
 	for tenant, recs := range tr.pubs {
 		for _, r := range recs {
 			if !r.at.Before(until) {
@@ -534,14 +558,12 @@ func latencies(tr *trickle, until, deadline time.Time, when func(tenant string, 
 			}
 			at, ok := when(tenant, r.seq)
 			if !ok {
-				missing++
 				at = deadline
 			}
-			ds = append(ds, at.Sub(r.at))
+			out = append(out, sample{tenant, r.at, at.Sub(r.at), ok})
 		}
 	}
-	slices.Sort(ds)
-	return ds, missing
+	return out
 }
 
 // vmRSS is the process's resident set size in bytes (/proc/self/status).
@@ -572,4 +594,22 @@ func liveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// slowest describes the k slowest small-tenant events published before
+// until: when each was published (after t0), its latency and tenant, in
+// publish order, so that a p99 can be traced to a moment of the drain.
+func slowest(tr *trickle, t0, until, deadline time.Time, when func(tenant string, seq uint64) (time.Time, bool), k int) string {
+	all := samples(tr, until, deadline, when)
+	slices.SortFunc(all, func(a, b sample) int { return cmp.Compare(b.lat, a.lat) })
+	all = all[:min(k, len(all))]
+	slices.SortFunc(all, func(a, b sample) int { return a.at.Compare(b.at) })
+	var sb strings.Builder
+	for i, s := range all {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "+%.2fs %.1fms %s", s.at.Sub(t0).Seconds(), float64(s.lat)/float64(time.Millisecond), s.tenant)
+	}
+	return sb.String()
 }
