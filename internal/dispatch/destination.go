@@ -570,10 +570,17 @@ func cutTimes(msgs []work.Stored, counts []int) []*work.Times {
 }
 
 // listSeqs says whether a batch's work item lists its sequences
-// (work.Item.Seqs): a small batch whose range holds other tenants' events,
-// which a sink would otherwise read by scanning the range.
+// (work.Item.Seqs): a batch whose range holds other tenants' events, which
+// a sink would otherwise read with a filtered scan of the range, with
+// headers. A small one it reads by sequence; one over at most 4 times its
+// count of sequences (tenants whose floods interleave) as the whole range
+// without headers, keeping the listed events (work.RangeRead).
 func listSeqs(r tenancy.Range, count int) bool {
-	return count <= work.SeqsMax && uint64(count) < r.To-r.From+1
+	width := r.To - r.From + 1
+	if uint64(count) >= width {
+		return false // dense
+	}
+	return count <= work.SeqsSmall || count <= work.SeqsMax && work.RangeRead(count, width)
 }
 
 // finish reports a grant's outcome: n events dispatched, the cursor now at

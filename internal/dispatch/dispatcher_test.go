@@ -11,6 +11,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -344,6 +345,55 @@ func TestIndexedDispatch(t *testing.T) {
 				t.Fatalf("no grant was cut from the index (%.0f reads)", read)
 			}
 		})
+	}
+}
+
+// Two tenants whose backlogs interleave event by event (two catalogs
+// imported at once): each batch spans twice its count of sequences, so its
+// item lists them (up to work.SeqsMax, not just work.SeqsSmall) and the
+// sink reads the range without headers, keeping the listed events.
+func TestInterleavedBatchesListed(t *testing.T) {
+	t.Parallel()
+	const n, batch = 1200, 200
+	e := setup(t, time.Minute)
+	e.tenant("x", 1, 4, pg)
+	e.tenant("y", 1, 4, pg)
+	seqs := map[string][]uint64{}
+	for range n {
+		seqs["x"] = append(seqs["x"], e.publish("x", 1)...)
+		seqs["y"] = append(seqs["y"], e.publish("y", 1)...)
+	}
+	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour}, nil)
+	e.waitFor("both backlogs applied", func() bool { return s.events("x") == n && s.events("y") == n })
+	items := s.snapshot()
+	checkExactlyOnce(t, items, seqs, false)
+	rd := work.NewReader(e.nc, "")
+	long := 0
+	for _, it := range items {
+		if it.Count <= work.SeqsSmall {
+			continue
+		}
+		long++
+		if len(it.Seqs) != it.Count {
+			t.Fatalf("item %s/%d-%d of %d events lists %d sequences", it.Tenant, it.FromSeq, it.ToSeq, it.Count, len(it.Seqs))
+		}
+		got, err := rd.ReadItem(e.ctx, it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != it.Count {
+			t.Fatalf("item %s/%d-%d: %d events read, count %d", it.Tenant, it.FromSeq, it.ToSeq, len(got), it.Count)
+		}
+		for i, m := range got {
+			ev, err := events.Decode(m.Data)
+			if err != nil || !m.Bare || m.Seq != it.Seqs[i] || ev.Tenant != it.Tenant {
+				t.Fatalf("item %s/%d-%d event %d: seq %d (listed %d), tenant %s, bare %v, %v", it.Tenant, it.FromSeq, it.ToSeq, i, m.Seq, it.Seqs[i], ev.Tenant, m.Bare, err)
+			}
+		}
+	}
+	if long < 2*n/batch {
+		t.Errorf("%d items of more than %d events, want at least %d", long, work.SeqsSmall, 2*n/batch)
 	}
 }
 

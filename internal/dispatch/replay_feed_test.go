@@ -30,7 +30,7 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 			const (
 				n         = 3000
 				batch     = 100
-				itemSize  = 50 // events per replayed item: interleaved, they are listed (work.SeqsMax)
+				itemSize  = 50 // events per replayed item: interleaved, they are listed (work.SeqsSmall)
 				lookahead = 400
 			)
 			e := setup(t, time.Minute)

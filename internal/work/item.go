@@ -39,8 +39,10 @@ type Item struct {
 	Replay bool `json:"replay,omitempty"`
 	// Seqs, when set, are the sequences of the item's events (Count of
 	// them, FromSeq first, ToSeq last): the dispatcher lists them for a
-	// small batch whose range holds other tenants' events, so the sink gets
-	// each by sequence instead of having the server scan the range. At most
+	// batch whose range holds other tenants' events, so the sink gets a
+	// small one's events each by sequence instead of having the server
+	// scan the range, and reads one whose range is at most 4 times its
+	// count by sequence, keeping the listed ones (RangeRead). At most
 	// SeqsMax.
 	Seqs []uint64 `json:"seqs,omitempty"`
 	// Times, when set, are when PRODUCTS stored each of the item's Count
@@ -74,8 +76,15 @@ func (t *Times) At(i int) time.Time {
 	return time.UnixMilli(t.BaseMs + int64(t.OffsetsMs[i])).UTC()
 }
 
-// SeqsMax is the most sequences an item lists (Item.Seqs).
-const SeqsMax = 64
+// SeqsMax is the most sequences an item lists (Item.Seqs): one read of
+// the range it spans with RangeRead. Sinks older than this accepted 64; a
+// dispatcher that lists more needs sinks of this version (upgrade the
+// sinks first).
+const SeqsMax = readItemChunk
+
+// SeqsSmall is the most sequences the dispatcher lists for a batch that
+// RangeRead does not read as a range: each is then a request of its own.
+const SeqsSmall = 64
 
 // Validate checks the fields a sink relies on.
 func (it Item) Validate() error {

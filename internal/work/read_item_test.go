@@ -127,6 +127,16 @@ func TestItemSeqsValidate(t *testing.T) {
 			t.Errorf("seqs %v: Validate() = %v, want ok %v", tc.seqs, err, tc.ok)
 		}
 	}
+	// Up to SeqsMax sequences, not one more.
+	for _, n := range []int{work.SeqsMax, work.SeqsMax + 1} {
+		it := work.Item{Tenant: "acme", Dest: "postgres", FromSeq: 1, ToSeq: uint64(2*n - 1), Count: n, LeaseID: "l"}
+		for i := range n {
+			it.Seqs = append(it.Seqs, uint64(2*i+1))
+		}
+		if err := it.Validate(); (err == nil) != (n <= work.SeqsMax) {
+			t.Errorf("%d seqs: Validate() = %v", n, err)
+		}
+	}
 }
 
 // An item with Times is read without headers when it is dense or lists its
@@ -199,6 +209,42 @@ func TestReadItemBare(t *testing.T) {
 	listed := item("acme", spread[0], spread[5], 3)
 	listed.Seqs = []uint64{spread[0], spread[3], spread[5]}
 	read("listed", timed(listed), listed.Seqs, true)
+
+	// Two tenants alternating over more than one direct get: acme's batch
+	// lists its sequences over twice as many (work.RangeRead) and is read
+	// as the whole range without headers, keeping acme's.
+	alt := publish(func() (ts []string) {
+		for i := range 1300 {
+			ts = append(ts, []string{"acme", "globex"}[i%2])
+		}
+		return ts
+	}()...)
+	var acmes []uint64
+	for i := 0; i < len(alt); i += 2 {
+		acmes = append(acmes, alt[i])
+	}
+	long := item("acme", acmes[0], acmes[len(acmes)-1], len(acmes))
+	long.Seqs = acmes
+	if !work.RangeRead(long.Count, long.ToSeq-long.FromSeq+1) {
+		t.Fatal("an alternating batch is not read as its range")
+	}
+	read("listed, interleaved", timed(long), acmes, true)
+
+	// Listed over more than 4 times its count: a request per sequence.
+	wide := publish("acme", "globex", "globex", "globex", "globex", "globex", "globex", "globex", "acme")
+	far := item("acme", wide[0], wide[8], 2)
+	far.Seqs = []uint64{wide[0], wide[8]}
+	if work.RangeRead(far.Count, far.ToSeq-far.FromSeq+1) {
+		t.Fatal("a sparse batch is read as its range")
+	}
+	read("listed, wide", timed(far), far.Seqs, true)
+
+	// Another tenant's event of the range deleted: the range read comes
+	// back short, so the item is read with headers, all of acme's there.
+	if err := stream.DeleteMsg(ctx, alt[701]); err != nil {
+		t.Fatal(err)
+	}
+	read("listed, interleaved, another's event deleted", timed(long), acmes, false)
 
 	// A shared range without a list: the subject filter needs headers.
 	read("shared", timed(item("acme", spread[0], spread[6], 4)), []uint64{spread[0], spread[3], spread[5], spread[6]}, false)
