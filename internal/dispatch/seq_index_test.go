@@ -159,19 +159,27 @@ func TestSubjectTenant(t *testing.T) {
 	}
 }
 
-// While the backfill rings a tenant's backlog oldest first, the scheduler's
-// hint stays at what the start-up scan counted: a grant then is as large as
-// the backlog allows, not cut to what the backfill rang so far (which made
-// the first grants short batches).
-func TestBackfillKeepsScanBacklog(t *testing.T) {
-	t.Parallel()
+// grantingDestination is a destination "postgres" of a dispatcher that is
+// not running, with batches of 10 and grants of up to 4 of them, and its
+// scheduler.
+func grantingDestination(t *testing.T) (*Dispatcher, *destination, *scheduler.Scheduler) {
+	t.Helper()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10, GrantBatches: 4}).WithDefaults()
 	d := &Dispatcher{cfg: cfg}
 	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.Quantum, MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches})
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := newDestination(d, "postgres", sched)
+	return d, newDestination(d, "postgres", sched), sched
+}
+
+// While the backfill rings a tenant's backlog oldest first, the scheduler's
+// hint stays at what the start-up scan counted: a grant then is as large as
+// the backlog allows, not cut to what the backfill rang so far (which made
+// the first grants short batches).
+func TestBackfillKeepsScanBacklog(t *testing.T) {
+	t.Parallel()
+	_, x, sched := grantingDestination(t)
 	// The scan: 200 events of solo from sequence 1.
 	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 200, 1, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
@@ -184,6 +192,30 @@ func TestBackfillKeepsScanBacklog(t *testing.T) {
 	}
 	if g.MaxEvents != 40 {
 		t.Fatalf("first grant may take %d events, want 40 (4 batches of 10 of the scanned 200)", g.MaxEvents)
+	}
+}
+
+// While the backfill is on its way, a grant is cut from what it has
+// delivered even when that is less than the grant may take; only a tenant
+// of which it has delivered nothing past the cursor yet is read.
+func TestGrantCutsWhatBackfillDelivered(t *testing.T) {
+	t.Parallel()
+	d, x, _ := grantingDestination(t)
+	d.backFrom.Store(1)
+	d.liveFrom.Store(1001) // the backfill covers 1..1000, and has delivered up to 32
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 500, 1, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "late", NextSeq: 1, Weight: 1}, 500, 40, denseRun{})
+	at := time.Unix(1_764_000_000, 0)
+	for seq := uint64(1); seq <= 32; seq += 2 {
+		x.bell("solo", seq, at, true) // 16 events, every other sequence
+	}
+	ts := x.state("solo")
+	ranges, counts, _, _, _, ok := x.fromIndex(ts, 1, 40)
+	if !ok || sum(counts) != 16 || len(ranges) != 2 || ranges[0].From != 1 || ranges[1].To != 31 {
+		t.Fatalf("grant of 40 with 16 delivered: ok %v, ranges %v, counts %v; want the 16 in batches of 10 and 6", ok, ranges, counts)
+	}
+	if _, _, _, _, _, ok := x.fromIndex(x.state("late"), 1, 40); ok {
+		t.Fatal("a tenant the backfill delivered nothing of yet is cut from the index, want a read")
 	}
 }
 
