@@ -76,10 +76,10 @@ func (t *Times) At(i int) time.Time {
 	return time.UnixMilli(t.BaseMs + int64(t.OffsetsMs[i])).UTC()
 }
 
-// SeqsMax is the most sequences an item lists (Item.Seqs): one read of
-// the range it spans with RangeRead. Sinks older than this accepted 64; a
-// dispatcher that lists more needs sinks of this version (upgrade the
-// sinks first).
+// SeqsMax is the most sequences an item lists (Item.Seqs): as many events
+// as one direct get of ReadItem returns. Sinks older than this accepted
+// 64; a dispatcher that lists more needs sinks of this version (upgrade
+// the sinks first).
 const SeqsMax = readItemChunk
 
 // SeqsSmall is the most sequences the dispatcher lists for a batch that

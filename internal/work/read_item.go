@@ -69,15 +69,7 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 	switch {
 	case listed && RangeRead(it.Count, it.ToSeq-it.FromSeq+1):
 		// The whole range, every sequence of it, keeping the listed ones.
-		seqs, out = chunks, make([]Stored, 0, it.Count)
-		j := 0
-		keep = func(seq uint64) bool {
-			if j < len(it.Seqs) && it.Seqs[j] == seq {
-				j++
-				return true
-			}
-			return false
-		}
+		seqs, keep, out = chunks, listedSeqs(it.Seqs), make([]Stored, 0, it.Count)
 	case listed:
 		seqs = func(yield func(uint64, int) bool) {
 			for _, seq := range it.Seqs {
@@ -115,17 +107,34 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 					out = append(out, *m)
 				}
 			}
-			switch {
-			case keep != nil:
-			case out == nil: // the whole item in one reply, as usual
-				out = b.Msgs
-			default:
-				out = append(out, b.Msgs...)
+			if keep == nil {
+				if out == nil { // the whole item in one reply, as usual
+					out = b.Msgs
+				} else {
+					out = append(out, b.Msgs...)
+				}
 			}
 			from, n = from+k, n-int(k) // a reply cut short by max_bytes continues
 		}
 	}
 	return out, len(out) == it.Count, nil
+}
+
+// listedSeqs returns a filter of a listed item's sequences for a read in
+// sequence order: true for each listed sequence as it comes; a listed one
+// the read does not return (no longer stored) is passed over.
+func listedSeqs(seqs []uint64) func(seq uint64) bool {
+	j := 0
+	return func(seq uint64) bool {
+		for j < len(seqs) && seqs[j] < seq {
+			j++
+		}
+		if j < len(seqs) && seqs[j] == seq {
+			j++
+			return true
+		}
+		return false
+	}
 }
 
 // RangeRead says whether a listed item of count events over width
@@ -172,17 +181,8 @@ func (r *Reader) ReadItemHeaders(ctx context.Context, it Item) ([]Stored, error)
 	case listed:
 		// Read as the whole range, as a dense item is, keeping the listed
 		// sequences of the tenant's subjects.
-		ours, j := keep, 0
-		keep = func(m Stored) bool {
-			for j < len(it.Seqs) && it.Seqs[j] < m.Seq {
-				j++ // a listed event no longer stored
-			}
-			if j < len(it.Seqs) && it.Seqs[j] == m.Seq && ours(m) {
-				j++
-				return true
-			}
-			return false
-		}
+		ours, isListed := keep, listedSeqs(it.Seqs)
+		keep = func(m Stored) bool { return isListed(m.Seq) && ours(m) }
 	case it.FromSeq == 0 || it.ToSeq < it.FromSeq || uint64(it.Count) != width:
 		// Shared with other tenants, not listed: a filtered read.
 		for from := it.FromSeq; from <= it.ToSeq && len(out) < it.Count; {
