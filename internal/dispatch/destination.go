@@ -392,8 +392,8 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 		// and knows less than the grant may take: reading the rest with
 		// headers cost the server more than the short batches cost, and
 		// slowed the backfill further (two interleaved floods in the
-		// noisy-neighbour benchmark read about 200,000 events that way,
-		// 600 after; 74,000 → 78,000-81,000 events/s).
+		// noisy-neighbour benchmark read 178,000-210,000 events that way,
+		// 600-1,100 after; 74,000 → 77,000-81,000 events/s).
 		return ranges, counts, lists, first, rest, true
 	}
 	if !d.backDone.Load() {

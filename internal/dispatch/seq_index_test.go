@@ -174,9 +174,11 @@ func grantingDestination(t *testing.T) (*Dispatcher, *destination, *scheduler.Sc
 }
 
 // While the backfill rings a tenant's backlog oldest first, the scheduler's
-// hint stays at what the start-up scan counted: a grant then is as large as
-// the backlog allows, not cut to what the backfill rang so far (which made
-// the first grants short batches).
+// hint stays at what the start-up scan counted: a grant may then take as
+// much as the backlog allows, not only what the backfill rang so far
+// (which made the first grants short batches even once the backfill had
+// caught up). fromIndex cuts what has been delivered by the time the grant
+// runs (TestGrantCutsWhatBackfillDelivered).
 func TestBackfillKeepsScanBacklog(t *testing.T) {
 	t.Parallel()
 	_, x, sched := grantingDestination(t)

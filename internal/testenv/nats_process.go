@@ -193,11 +193,11 @@ func (c *NATSChild) CPU() (time.Duration, error) {
 // BenchNATSGOGC is the GOGC of a benchmark's server process: what
 // deploy/nats recommends for nats-server. With Go's default of 100 the
 // server collected about every 0.7 s while a million-event flood drained
-// (its live heap 150-240 MB), and a collection could stall its stream
-// requests for 85-115 ms (each drops the file store's block caches, and
-// the next write reloads the block): those stalls set the noisy-neighbour
-// benchmark's small-tenant p99 (deploy/nats/README.md, "Garbage
-// collection").
+// (its live heap 150-240 MB), and its stream requests stalled 40-115 ms
+// at collections (each drops the file store's block caches, and the next
+// write reloads the block: read from the server's code), which set the
+// noisy-neighbour benchmark's small-tenant p99 (deploy/nats/README.md,
+// "Garbage collection").
 const BenchNATSGOGC = "400"
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every
