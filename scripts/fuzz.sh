@@ -5,9 +5,8 @@
 #
 # A target that fails with "context deadline exceeded" and writes no
 # failing input under testdata/fuzz/ hit a race in Go's fuzz coordinator
-# at the end of -fuzztime (go.dev/issue/75804, fixed in Go 1.27; CI saw it
-# on go1.26.8 when the machine was busy), not a bug of ours: it is run
-# once more. Any failure that writes an input, or fails twice, fails.
+# at the end of -fuzztime (go.dev/issue/75804, fixed in Go 1.27; a CI run
+# on go1.26.8 hit it), not a bug of ours: it is run once more. Any failure that writes an input, or fails twice, fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${1:-1m}
