@@ -63,7 +63,22 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&dests, "dest", env("FAIRWAY_DESTS", "postgres,clickhouse"), "comma-separated destinations: postgres, clickhouse, b2b:<partner> (env FAIRWAY_DESTS)")
 	fs.StringVar(&c.Dispatch.Holder, "holder", env("FAIRWAY_HOLDER", ""), "name of this replica in leases and the batch log (default <hostname>-<pid>)")
 	fs.IntVar(&c.Dispatch.BatchSize, "batch-size", dispatch.BatchSizeDefault, "most events per work item")
-	fs.Int64Var(&c.Dispatch.Quantum, "quantum", 0, "events a weight-1 tenant earns per round (default batch size)")
+	fs.Func("dest-batch-size", fmt.Sprintf("dest=N: most events per work item of one destination instead of --batch-size; repeat per destination (default clickhouse=%d: ClickHouse wants few big inserts)", dispatch.ClickHouseBatchDefault), func(v string) error {
+		dest, n, ok := strings.Cut(v, "=")
+		size, err := strconv.Atoi(n)
+		if !ok || err != nil || dest == "" {
+			return fmt.Errorf("%q: want dest=N, e.g. clickhouse=5000", v)
+		}
+		if c.Dispatch.DestBatchSize == nil {
+			c.Dispatch.DestBatchSize = map[string]int{}
+		}
+		if _, dup := c.Dispatch.DestBatchSize[dest]; dup {
+			return fmt.Errorf("%s: given twice", dest)
+		}
+		c.Dispatch.DestBatchSize[dest] = size
+		return nil
+	})
+	fs.Int64Var(&c.Dispatch.Quantum, "quantum", 0, "events a weight-1 tenant earns per round (default: the destination's batch size)")
 	fs.Int64Var(&c.Dispatch.Backfill, "backfill", dispatch.BackfillDefault, "most stream sequences replayed (headers only) at start to index the existing backlog; negative: none")
 	fs.IntVar(&c.Dispatch.GrantBatches, "grant-batches", dispatch.GrantBatchesDefault, "most batches one grant dispatches in one read, one SQL statement and one publish round")
 	fs.IntVar(&c.Dispatch.ReplayRate, "replay-rate", dispatch.ReplayRateDefault, "events per second a replaying tenant is dispatched at per destination, unless its replay set a rate (fairway replay --rate); negative: unthrottled")

@@ -57,6 +57,23 @@ func TestParseConfig(t *testing.T) {
 	if _, err := parseConfig([]string{"--dampen", "postgres:10/1m", "--dampen", "postgres:20/1m"}, get); err == nil {
 		t.Error("--dampen twice for one destination accepted")
 	}
+
+	c, err = parseConfig([]string{"--dest-batch-size", "clickhouse=8000", "--dest-batch-size", "b2b:acme=50"}, get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"clickhouse": 8000, "b2b:acme": 50}; !maps.Equal(c.Dispatch.DestBatchSize, want) {
+		t.Fatalf("--dest-batch-size: %v, want %v", c.Dispatch.DestBatchSize, want)
+	}
+	for _, bad := range [][]string{{"clickhouse"}, {"clickhouse=x"}, {"=10"}, {"clickhouse=1", "clickhouse=2"}} {
+		var args []string
+		for _, v := range bad {
+			args = append(args, "--dest-batch-size", v)
+		}
+		if _, err := parseConfig(args, get); err == nil {
+			t.Errorf("--dest-batch-size %q accepted", bad)
+		}
+	}
 }
 
 // run against real servers: an event of a tenant with a partner becomes a

@@ -22,8 +22,11 @@ import (
 //
 // Each iteration starts a fresh pipeline (untimed), then 4 HTTP clients
 // POST FAIRWAY_BENCH_E2E_EVENTS events (default 200,000; every one a new
-// product with a 256-byte payload) spread over 20 tenants as NDJSON
-// batches of 500 with the tenants' tokens, as an upstream system would.
+// product with a 256-byte payload) spread over FAIRWAY_BENCH_E2E_TENANTS
+// tenants (default 20; 1 is one tenant's bulk load) as NDJSON batches of
+// 500 with the tenants' tokens, as an upstream system would.
+// FAIRWAY_BENCH_E2E_CH_BATCH sets the dispatcher's batch size for
+// clickhouse (default its own, dispatch.ClickHouseBatchDefault).
 // The clock runs from the first POST until every destination applied every
 // event (the sinks' applied counts, demo.Tracker); afterwards the
 // destinations are checked to hold every product once and the dead-letter
@@ -39,7 +42,8 @@ import (
 //
 // Run: FAIRWAY_BENCH_E2E_EVENTS=200000 go test -run '^$' -bench BenchmarkEndToEnd -benchtime 1x -timeout 30m ./cmd/fairway/
 func BenchmarkEndToEnd(b *testing.B) {
-	load := e2eLoad{Events: testenv.EnvInt(b, "FAIRWAY_BENCH_E2E_EVENTS", 200_000), Tenants: 20, Batch: 500, Clients: 4}
+	load := e2eLoad{Events: testenv.EnvInt(b, "FAIRWAY_BENCH_E2E_EVENTS", 200_000), Tenants: testenv.EnvInt(b, "FAIRWAY_BENCH_E2E_TENANTS", 20), Batch: 500, Clients: 4,
+		ClickHouseBatch: testenv.EnvInt(b, "FAIRWAY_BENCH_E2E_CH_BATCH", 0)}
 	deadline := testenv.EnvDuration(b, "FAIRWAY_BENCH_E2E_DEADLINE", 10*time.Minute)
 	ctx := context.Background()
 

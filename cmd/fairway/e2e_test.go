@@ -23,6 +23,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // This file drives a whole pipeline (pipeline.go) the way an upstream
@@ -37,6 +38,9 @@ import (
 // a payload of about 256 bytes; batch k goes to tenant k mod Tenants.
 type e2eLoad struct {
 	Events, Tenants, Batch, Clients int
+	// ClickHouseBatch is the dispatcher's batch size for clickhouse; 0
+	// keeps its default.
+	ClickHouseBatch int
 }
 
 func (l e2eLoad) tenants() []string {
@@ -87,8 +91,12 @@ func e2ePipeline(tb testing.TB, ctx context.Context, db string, load e2eLoad) (*
 		tb.Fatal(err)
 	}
 	admin, chAddr := testenv.DatabaseURL(), testenv.ClickHouseAddr()
-	p, err := startPipeline(ctx, pipelineConfig{AdminURL: admin, ClickHouseAddr: chAddr, Database: db,
-		Name: "e2e", Tenants: load.tenants(), Logger: log})
+	cfg := pipelineConfig{AdminURL: admin, ClickHouseAddr: chAddr, Database: db,
+		Name: "e2e", Tenants: load.tenants(), Logger: log}
+	if load.ClickHouseBatch > 0 {
+		cfg.DestBatchSize = map[string]int{tenancy.DestClickHouse: load.ClickHouseBatch}
+	}
+	p, err := startPipeline(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("start the pipeline: %v\n(PostgreSQL from DATABASE_URL, ClickHouse from CLICKHOUSE_ADDR: start both with `make services`, then `set -a; . .dev/services.env; set +a`)", err)
 	}

@@ -65,6 +65,9 @@ type pipelineConfig struct {
 	Tenants []string
 	// Logger receives every component's logs. Default: discard.
 	Logger *slog.Logger
+	// DestBatchSize overrides the dispatcher's batch sizes per destination
+	// (dispatch.Config.DestBatchSize); nil keeps its defaults.
+	DestBatchSize map[string]int
 }
 
 // pipeline is the whole of fairway in one process, as `fairway demo` runs
@@ -222,7 +225,7 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (_ *pipeline, err er
 		return nil, err
 	}
 	d, err := dispatch.New(dispatch.Deps{Store: dp.store, NATS: dp.nc, Doorbell: bell, Registry: p.Registry, Logger: log, Partners: dpartners},
-		&dispatch.Config{Dests: p.Dests[:2]})
+		&dispatch.Config{Dests: p.Dests[:2], DestBatchSize: cfg.DestBatchSize})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 type destination struct {
 	d     *Dispatcher
 	name  string
+	size  int // the most events one work item covers (Config.batchSize)
 	sched *scheduler.Scheduler
 	wake  chan struct{}
 
@@ -66,7 +67,7 @@ type tenantState struct {
 }
 
 func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
-	return &destination{d: d, name: name, sched: sched, wake: make(chan struct{}, 1), tenants: map[string]*tenantState{}}
+	return &destination{d: d, name: name, size: d.cfg.batchSize(name), sched: sched, wake: make(chan struct{}, 1), tenants: map[string]*tenantState{}}
 }
 
 func (x *destination) key(tenant string) scheduler.Key {
@@ -144,7 +145,7 @@ func (x *destination) gauges(inFlight int) {
 }
 
 // dispatch carries out one grant: read the tenant's next events (sequence
-// numbers only), cut them into batches of at most BatchSize, take a slot
+// numbers only), cut them into batches of at most x.size, take a slot
 // per batch and move the cursor in one statement (tenancy.DispatchMany:
 // as many batches as the tenant has free slots), publish one work item per
 // batch, and report to the scheduler. A crash after the commit and before
@@ -208,7 +209,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		}
 		d.m.read.WithLabelValues(x.name).Add(float64(len(b.Msgs)))
 		if len(b.Msgs) > 0 {
-			ranges, counts, lists = cut(b.Msgs, d.cfg.BatchSize)
+			ranges, counts, lists = cut(b.Msgs, x.size)
 			times = cutTimes(b.Msgs, counts)
 			first, pending = b.Msgs[0].Time, b.Pending
 		}
@@ -363,7 +364,7 @@ func (x *destination) throttle(k scheduler.Key, ts *tenantState, wait time.Durat
 func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges []tenancy.Range, counts []int, lists [][]uint64, first time.Time, rest uint64, ok bool) {
 	d := x.d
 	liveFrom, backFrom := d.liveFrom.Load(), d.backFrom.Load()
-	size := d.cfg.BatchSize
+	size := x.size
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	switch {
@@ -421,7 +422,7 @@ func (x *destination) readMax(ts *tenantState, n int) (most int, hinted bool) {
 	if !ts.full {
 		return n, false
 	}
-	return min(n, max(ts.freed, 1)*x.d.cfg.BatchSize), true
+	return min(n, max(ts.freed, 1)*x.size), true
 }
 
 // denseRun says every sequence in [from, until) is the tenant's and none
@@ -459,7 +460,7 @@ func (x *destination) dense(ts *tenantState, cursor uint64, n int) (ranges []ten
 	}
 	until := run.until
 	end := min(until, start+uint64(n)) // exclusive
-	size := uint64(x.d.cfg.BatchSize)
+	size := uint64(x.size)
 	for from := start; from < end; from += size {
 		to := min(from+size, end) - 1
 		ranges = append(ranges, tenancy.Range{From: from, To: to})

@@ -232,7 +232,7 @@ func (d *Dispatcher) destination(name string) (*destination, error) {
 		return nil, err
 	}
 	sched, err := scheduler.New(scheduler.Config{
-		Quantum: d.cfg.Quantum, MaxBatch: d.cfg.BatchSize * d.cfg.GrantBatches, LoneRounds: d.cfg.GrantBatches,
+		Quantum: d.cfg.quantum(name), MaxBatch: d.cfg.batchSize(name) * d.cfg.GrantBatches, LoneRounds: d.cfg.GrantBatches,
 		Dampening: d.cfg.Dampening[name], Clock: d.cfg.Clock,
 	})
 	if err != nil {

@@ -2,7 +2,9 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -611,5 +613,63 @@ func TestDenseBacklogIsCutByArithmetic(t *testing.T) {
 			}
 			t.Logf("%d of the flood's %d grants spanned few enough milliseconds for times; %d items carry them", worth, len(grants), len(timed))
 		})
+	}
+}
+
+// Each destination cuts work items of its own batch size: ClickHouse
+// (DestBatchSize) items up to 1,000 events, PostgreSQL's up to BatchSize,
+// from a dense backlog (cut by arithmetic) and from interleaved ones (cut
+// from the index), every event exactly once in each.
+func TestDestBatchSize(t *testing.T) {
+	t.Parallel()
+	const ch, batch, chBatch = tenancy.DestClickHouse, 100, 1000
+	e := setup(t, time.Minute)
+	seqs := map[string][]uint64{}
+	for _, id := range []string{"dense", "b", "c"} {
+		e.tenant(id, 1, 4, pg, ch)
+	}
+	seqs["dense"] = e.publish("dense", 3*chBatch)
+	for range 20 {
+		seqs["b"] = append(seqs["b"], e.publish("b", 50)...)
+		seqs["c"] = append(seqs["c"], e.publish("c", 50)...)
+	}
+	sinks := map[string]*sink{}
+	for _, dest := range []string{pg, ch} {
+		sinks[dest] = e.startSink(dest, 4, nil, func() time.Duration { return 0 })
+	}
+	e.start(&dispatch.Config{Dests: []string{pg, ch}, BatchSize: batch, DestBatchSize: map[string]int{ch: chBatch}, PollInterval: time.Hour}, nil)
+	for dest, size := range map[string]int{pg: batch, ch: chBatch} {
+		s := sinks[dest]
+		e.waitFor(dest+": every backlog applied", func() bool {
+			return s.events("dense") >= len(seqs["dense"]) && s.events("b") >= len(seqs["b"]) && s.events("c") >= len(seqs["c"])
+		})
+		items := s.snapshot()
+		checkExactlyOnce(t, items, seqs, false)
+		largest := map[string]int{}
+		for _, it := range items {
+			largest[it.Tenant] = max(largest[it.Tenant], it.Count)
+		}
+		if largest["dense"] != size {
+			t.Errorf("%s: the dense backlog's largest item holds %d events, want %d", dest, largest["dense"], size)
+		}
+		if most := max(largest["b"], largest["c"]); most > size || dest == ch && most <= batch {
+			t.Errorf("%s: the interleaved backlogs' largest item holds %d events, want at most %d (and more than %d in %s)", dest, most, size, batch, ch)
+		}
+	}
+}
+
+// DestBatchSize keeps ClickHouse's default next to what it names, and
+// refuses sizes out of range and destinations that do not exist.
+func TestDestBatchSizeConfig(t *testing.T) {
+	t.Parallel()
+	c := (&dispatch.Config{DestBatchSize: map[string]int{pg: 50}}).WithDefaults()
+	if want := map[string]int{pg: 50, tenancy.DestClickHouse: dispatch.ClickHouseBatchDefault}; !maps.Equal(c.DestBatchSize, want) {
+		t.Errorf("DestBatchSize with defaults %v, want %v", c.DestBatchSize, want)
+	}
+	e := setup(t, time.Minute)
+	for _, bad := range []map[string]int{{pg: 0}, {pg: dispatch.BatchSizeMax + 1}, {"mysql": 10}} {
+		if _, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc}, &dispatch.Config{DestBatchSize: bad}); !errors.Is(err, dispatch.ErrInvalidConfig) {
+			t.Errorf("DestBatchSize %v: New = %v, want ErrInvalidConfig", bad, err)
+		}
 	}
 }

@@ -14,9 +14,9 @@
 //  1. takes up to the grant's size of the tenant's sequence numbers from
 //     its cursor out of the index the doorbell keeps (seq_index.go), or,
 //     where the index cannot tell, reads them with one batched direct get
-//     (internal/work Reader), and cuts them into batches of at most
-//     Config.BatchSize events (a grant holds up to Config.GrantBatches
-//     batches),
+//     (internal/work Reader), and cuts them into batches of at most the
+//     destination's batch size (Config.BatchSize, or DestBatchSize: 5,000
+//     for clickhouse; a grant holds up to Config.GrantBatches batches),
 //  2. calls tenancy.DispatchMany: take a slot per batch while the tenant
 //     has free ones, check the cursor, log the batches on their leases,
 //     advance the cursor — one statement, one transaction, one round trip,

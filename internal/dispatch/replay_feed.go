@@ -299,7 +299,7 @@ func (x *destination) fromFeed(ts *tenantState, tenant string, cursor uint64, n 
 	if f == nil {
 		return nil, nil, nil, nil, time.Time{}, 0, false
 	}
-	return f.take(cursor, n, d.cfg.BatchSize)
+	return f.take(cursor, n, x.size)
 }
 
 // stopFeed stops ts's replay feed, if any. x.mu must be held.

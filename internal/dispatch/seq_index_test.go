@@ -166,7 +166,7 @@ func grantingDestination(t *testing.T) (*Dispatcher, *destination, *scheduler.Sc
 	t.Helper()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10, GrantBatches: 4}).WithDefaults()
 	d := &Dispatcher{cfg: cfg}
-	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.Quantum, MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches})
+	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	t.Parallel()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10}).WithDefaults()
 	d := &Dispatcher{cfg: cfg}
-	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.Quantum, MaxBatch: cfg.BatchSize})
+	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize})
 	if err != nil {
 		t.Fatal(err)
 	}

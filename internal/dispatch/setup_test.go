@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,7 +301,8 @@ func checkExactlyOnce(t testing.TB, items []work.Item, seqs map[string][]uint64,
 		from, to uint64
 		count    int
 	}
-	byTenant := map[string][]rng{}
+	byTenant := map[string][]rng{} // by tenant/dest
+	dests := map[string]bool{}
 	seen := map[string]bool{}
 	dups := 0
 	for _, it := range items {
@@ -313,10 +315,11 @@ func checkExactlyOnce(t testing.TB, items []work.Item, seqs map[string][]uint64,
 			continue
 		}
 		seen[id] = true
+		dests[it.Dest] = true
 		byTenant[it.Tenant+"/"+it.Dest] = append(byTenant[it.Tenant+"/"+it.Dest], rng{it.FromSeq, it.ToSeq, it.Count})
 	}
 	for key, rs := range byTenant {
-		tenant := key[:len(key)-len("/postgres")]
+		tenant, _, _ := strings.Cut(key, "/")
 		sort.Slice(rs, func(i, j int) bool { return rs[i].from < rs[j].from })
 		want := seqs[tenant]
 		i := 0
@@ -336,9 +339,14 @@ func checkExactlyOnce(t testing.TB, items []work.Item, seqs map[string][]uint64,
 			t.Errorf("%s: %d of %d sequences never dispatched", key, len(want)-i, len(want))
 		}
 	}
+	if len(dests) == 0 {
+		dests[tenancy.DestPostgres] = true
+	}
 	for tenant := range seqs {
-		if _, ok := byTenant[tenant+"/postgres"]; !ok {
-			t.Errorf("%s: nothing dispatched", tenant)
+		for dest := range dests {
+			if _, ok := byTenant[tenant+"/"+dest]; !ok {
+				t.Errorf("%s: nothing dispatched to %s", tenant, dest)
+			}
 		}
 	}
 	return dups
