@@ -239,8 +239,11 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (_ *pipeline, err er
 		if err != nil {
 			return nil, err
 		}
-		r, err := runner.New(ctx, runner.Deps{JetStream: sp.js, Sink: p.Tracker.Wrap(s), Leases: sp.store, Registry: p.Registry},
-			&runner.Config{Logger: log, FetchWait: time.Second})
+		rc := &runner.Config{Logger: log, FetchWait: time.Second}
+		if dest == tenancy.DestClickHouse {
+			rc.Concurrency = clickhouse.ConcurrencyDefault // as cmd/sinks --dest clickhouse
+		}
+		r, err := runner.New(ctx, runner.Deps{JetStream: sp.js, Sink: p.Tracker.Wrap(s), Leases: sp.store, Registry: p.Registry}, rc)
 		if err != nil {
 			return nil, err
 		}

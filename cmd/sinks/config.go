@@ -35,6 +35,12 @@ type Config struct {
 	// clickhouse.GroupRowsDefault (50,000; negative turns group commit off).
 	ClickHouseLinger    time.Duration
 	ClickHouseGroupRows int
+	// ClickHouseFillRows and ClickHouseFillWait hold combined inserts back
+	// while only caught-up tenants wait (clickhouse.Config.FillRows,
+	// FillWait). Defaults clickhouse.FillRowsDefault (10,000) and
+	// clickhouse.FillWaitDefault (200ms; 0 turns it off).
+	ClickHouseFillRows int
+	ClickHouseFillWait time.Duration
 	// SecretKey decrypts partner secrets (env FAIRWAY_SECRET_KEY), for
 	// --dest b2b:<partner>. AllowInsecureHTTP accepts http:// partner URLs.
 	SecretKey         []byte
@@ -67,9 +73,11 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&c.ClickHouseDatabase, "clickhouse-database", env("CLICKHOUSE_DATABASE", clickhouse.DatabaseDefault), "ClickHouse database (env CLICKHOUSE_DATABASE)")
 	fs.DurationVar(&c.ClickHouseLinger, "clickhouse-linger", clickhouse.LingerDefault, "ClickHouse group commit: how long an insert waits for the callers of the last one to queue again (0: never waits)")
 	fs.IntVar(&c.ClickHouseGroupRows, "clickhouse-group-rows", clickhouse.GroupRowsDefault, "ClickHouse group commit: most rows in one combined INSERT (negative: no group commit, one INSERT per work item)")
+	fs.IntVar(&c.ClickHouseFillRows, "clickhouse-fill-rows", clickhouse.FillRowsDefault, "ClickHouse group commit: an insert of caught-up tenants' items only waits until it has this many rows...")
+	fs.DurationVar(&c.ClickHouseFillWait, "clickhouse-fill-wait", clickhouse.FillWaitDefault, "...or until its oldest item waited this long (0: never waits; items of tenants with more waiting never wait)")
 	fs.BoolVar(&c.AllowInsecureHTTP, "allow-insecure-http", false, "b2b: accept http:// partner URLs (default: https only)")
 	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of the WORK and DLQ streams if this process creates them (3 in a cluster)")
-	fs.IntVar(&r.Concurrency, "concurrency", runner.ConcurrencyDefault, "work items applied at once by this process")
+	fs.IntVar(&r.Concurrency, "concurrency", runner.ConcurrencyDefault, fmt.Sprintf("work items applied at once by this process (default %d for --dest clickhouse, whose items wait together in group commit)", clickhouse.ConcurrencyDefault))
 	fs.IntVar(&r.FetchBatch, "fetch-batch", 0, "most work items per fetch (default: --concurrency); never more than free workers")
 	fs.DurationVar(&r.AckWait, "ack-wait", runner.AckWaitDefault, "JetStream AckWait of the WORK consumer (InProgress is sent every third of it)")
 	fs.IntVar(&r.MaxDeliver, "max-deliver", runner.MaxDeliverDefault, "deliveries of one work item; the last is dead-lettered instead of applied")
@@ -107,6 +115,12 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	if c.ClickHouseLinger == 0 {
 		c.ClickHouseLinger = -1 // an explicit 0 means no lingering
 	}
+	if c.Dest == "clickhouse" && !isSet(fs, "concurrency") {
+		r.Concurrency = clickhouse.ConcurrencyDefault
+	}
+	if c.ClickHouseFillWait == 0 {
+		c.ClickHouseFillWait = -1 // an explicit 0 means no holding back
+	}
 	if r.Backoff.Randomization == 0 {
 		r.Backoff.Randomization = -1 // an explicit 0 means no jitter
 	}
@@ -121,4 +135,11 @@ func newLogger(c Config) (*slog.Logger, error) {
 		return nil, err
 	}
 	return log.With("service", "sinks", "dest", c.Dest), nil
+}
+
+// isSet says whether the command line gave flag name.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -31,7 +32,7 @@ func TestParseConfig(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	c, err := parseConfig([]string{"--dest", "clickhouse", "--concurrency", "8", "--ack-wait", "1m", "--max-deliver", "5",
 		"--backoff-initial", "1s", "--backoff-max", "1m", "--backoff-max-elapsed", "1h", "--backoff-jitter", "0",
-		"--clickhouse-linger", "0", "--clickhouse-group-rows", "-1"}, getenv)
+		"--clickhouse-linger", "0", "--clickhouse-group-rows", "-1", "--clickhouse-fill-rows", "2000", "--clickhouse-fill-wait", "0"}, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,12 +40,17 @@ func TestParseConfig(t *testing.T) {
 	if c.Dest != "clickhouse" || r.Dest != "clickhouse" || c.NATSURL != "nats://n:4222" || c.ClickHouseAddr != "c:9000" ||
 		r.Concurrency != 8 || r.AckWait != time.Minute || r.MaxDeliver != 5 || r.Backoff.Initial != time.Second ||
 		r.Backoff.Max != time.Minute || r.Backoff.MaxElapsed != time.Hour || r.Backoff.Randomization >= 0 ||
-		c.ClickHouseLinger >= 0 || c.ClickHouseGroupRows != -1 {
+		c.ClickHouseLinger >= 0 || c.ClickHouseGroupRows != -1 || c.ClickHouseFillRows != 2000 || c.ClickHouseFillWait >= 0 {
 		t.Fatalf("parsed %+v", c)
 	}
 	d, err := parseConfig([]string{"--dest", "clickhouse"}, getenv)
-	if err != nil || d.ClickHouseLinger != clickhouse.LingerDefault || d.ClickHouseGroupRows != clickhouse.GroupRowsDefault {
-		t.Fatalf("defaults: linger %s, group rows %d, %v", d.ClickHouseLinger, d.ClickHouseGroupRows, err)
+	if err != nil || d.ClickHouseLinger != clickhouse.LingerDefault || d.ClickHouseGroupRows != clickhouse.GroupRowsDefault ||
+		d.ClickHouseFillRows != clickhouse.FillRowsDefault || d.ClickHouseFillWait != clickhouse.FillWaitDefault ||
+		d.Runner.Concurrency != clickhouse.ConcurrencyDefault {
+		t.Fatalf("defaults: linger %s, group rows %d, fill %d/%s, %v", d.ClickHouseLinger, d.ClickHouseGroupRows, d.ClickHouseFillRows, d.ClickHouseFillWait, err)
+	}
+	if p, err := parseConfig([]string{"--dest", "postgres"}, getenv); err != nil || p.Runner.Concurrency != runner.ConcurrencyDefault {
+		t.Fatalf("postgres: concurrency %d, %v; want %d", p.Runner.Concurrency, err, runner.ConcurrencyDefault)
 	}
 	for _, bad := range [][]string{
 		{},                             // no dest

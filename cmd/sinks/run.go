@@ -110,7 +110,7 @@ func openSink(ctx context.Context, cfg Config, pool *pgxpool.Pool) (sink.Sink, f
 		return s, s.Close, nil
 	case cfg.Dest == "clickhouse":
 		s, err := clickhouse.New(ctx, &clickhouse.Config{Addr: cfg.ClickHouseAddr, Database: cfg.ClickHouseDatabase,
-			Linger: cfg.ClickHouseLinger, GroupRows: cfg.ClickHouseGroupRows})
+			Linger: cfg.ClickHouseLinger, GroupRows: cfg.ClickHouseGroupRows, FillRows: cfg.ClickHouseFillRows, FillWait: cfg.ClickHouseFillWait})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -263,6 +263,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		it := work.Item{
 			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i], Times: times[i],
 			LeaseID: l.ID, Token: l.Token, DispatchedAt: now, Replay: l.FromSeq < replayUntil,
+			CaughtUp: i == len(ranges)-1 && pending == 0,
 		}
 		if it.Replay {
 			d.m.replayed.WithLabelValues(x.name).Add(float64(it.Count))

@@ -646,8 +646,24 @@ func TestDestBatchSize(t *testing.T) {
 		items := s.snapshot()
 		checkExactlyOnce(t, items, seqs, false)
 		largest := map[string]int{}
+		var last work.Item // the dense tenant's
+		caughtUp := 0      // its items marked CaughtUp
 		for _, it := range items {
 			largest[it.Tenant] = max(largest[it.Tenant], it.Count)
+			if it.Tenant == "dense" {
+				if it.ToSeq > last.ToSeq {
+					last = it
+				}
+				if it.CaughtUp {
+					caughtUp++
+				}
+			}
+		}
+		// CaughtUp says the tenant had nothing more waiting when the item
+		// was cut: the dense backlog's last item, and none before it
+		// (sink.CaughtUp).
+		if !last.CaughtUp || caughtUp != 1 {
+			t.Errorf("%s: the dense backlog's last item says CaughtUp %v, %d of its items say it; want true and 1", dest, last.CaughtUp, caughtUp)
 		}
 		if largest["dense"] != size {
 			t.Errorf("%s: the dense backlog's largest item holds %d events, want %d", dest, largest["dense"], size)

@@ -42,3 +42,23 @@ type Sink interface {
 	// applied, and the runtime retries the whole batch.
 	Apply(ctx context.Context, batch []Record) ([]error, error)
 }
+
+// CaughtUp says whether the dispatcher marked the Apply call's work item
+// as its tenant's last for now (work.Item.CaughtUp: nothing more was
+// waiting for this destination when it was cut). A sink that holds calls
+// back to combine them into fewer writes (the ClickHouse sink) holds back
+// only such a call: holding an item whose tenant is behind keeps the
+// tenant's slot and slows it down, while a caught-up tenant loses only
+// latency. False when ctx does not say (a sink used on its own, an item
+// from a dispatcher that does not mark items, a re-dispatched orphan).
+func CaughtUp(ctx context.Context) bool {
+	v, _ := ctx.Value(caughtUpKey{}).(bool)
+	return v
+}
+
+// WithCaughtUp returns ctx carrying the hint CaughtUp reads.
+func WithCaughtUp(ctx context.Context, caughtUp bool) context.Context {
+	return context.WithValue(ctx, caughtUpKey{}, caughtUp)
+}
+
+type caughtUpKey struct{}

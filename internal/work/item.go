@@ -37,6 +37,14 @@ type Item struct {
 	// Replay is set when the range is dispatched again after an operator
 	// rewound the cursor.
 	Replay bool `json:"replay,omitempty"`
+	// CaughtUp is set when the tenant had nothing more waiting for the
+	// destination when the item was cut: it is the last batch of its
+	// grant and no backlog was left beyond it. A sink may hold such an
+	// item back to combine it with others (ClickHouse), costing the tenant
+	// latency only; an item without it is never held, as that would keep
+	// the tenant's slot and slow it down (sink.CaughtUp). Absent in items
+	// of older dispatchers and in re-dispatched orphans.
+	CaughtUp bool `json:"caught_up,omitempty"`
 	// Seqs, when set, are the sequences of the item's events (Count of
 	// them, FromSeq first, ToSeq last): the dispatcher lists them for a
 	// batch whose range holds other tenants' events, so the sink gets a

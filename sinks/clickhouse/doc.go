@@ -36,6 +36,13 @@
 // running starts one at once. So a lone caller, or one after a pause longer
 // than the linger, never waits.
 //
+// Rounds of caught-up tenants wait to fill: while every queued call comes
+// from a work item whose tenant had nothing more waiting (sink.CaughtUp),
+// the next round waits until Config.FillRows rows are queued or its
+// oldest call has waited Config.FillWait. Any other call ends the wait: holding it would keep its
+// tenant's slot and slow the tenant down. ClickHouse merges every insert's
+// part again and again, so fewer, bigger inserts save it most of its CPU.
+//
 // A failed round is not blindly everyone's failure. A transient error
 // (IsTransient: network, too many parts, …) or a round of one is returned
 // as it is, and the runtime retries with backoff. Otherwise each member

@@ -32,3 +32,11 @@ func Lingers(s *Sink) int64 {
 	}
 	return s.group.lingers.Load()
 }
+
+// Fills returns how many insert rounds of s waited to fill.
+func Fills(s *Sink) int64 {
+	if s.group == nil {
+		return 0
+	}
+	return s.group.fills.Load()
+}

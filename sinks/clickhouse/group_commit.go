@@ -20,6 +20,10 @@ type item struct {
 	skip   []bool // records refused by validation
 	latest []int  // sink.Latest(batch, skip)
 	rows   int    // records not skipped: rows for product_events
+	// hold: the item's tenant was caught up (sink.CaughtUp), so a round of
+	// such items may wait to fill (Config.FillRows, FillWait).
+	hold     bool
+	queuedAt time.Time
 
 	// taken is set, under groupCommit.mu, once the item has left the
 	// queue: it is in an insert, or has been given its result.
@@ -35,11 +39,14 @@ type item struct {
 // goroutine (run) inserts: while it is busy, arriving items queue, and its
 // next round takes every queued item, up to maxRows rows. Before a round it
 // may linger (see Config.Linger) so that the items of the round just ended
-// can come back and join.
+// can come back and join, and, while every queued item is held (item.hold),
+// wait to fill (Config.FillRows, FillWait).
 type groupCommit struct {
-	s       *Sink
-	linger  time.Duration
-	maxRows int
+	s        *Sink
+	linger   time.Duration
+	maxRows  int
+	fillRows int
+	fillWait time.Duration // 0: no filling
 
 	mu     sync.Mutex
 	queue  []*item
@@ -52,18 +59,20 @@ type groupCommit struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// lingers counts the rounds that waited for the linger, for tests.
+	// lingers and fills count the rounds that waited for the linger and
+	// to fill, for tests.
 	lingers atomic.Int64
+	fills   atomic.Int64
 
 	// Owned by run.
 	lastMembers int
 	lastEnd     time.Time
 }
 
-func newGroupCommit(s *Sink, linger time.Duration, maxRows int) *groupCommit {
+func newGroupCommit(s *Sink, linger time.Duration, maxRows, fillRows int, fillWait time.Duration) *groupCommit {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &groupCommit{
-		s: s, linger: linger, maxRows: maxRows,
+		s: s, linger: linger, maxRows: maxRows, fillRows: min(fillRows, maxRows), fillWait: fillWait,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
 		ctx: ctx, cancel: cancel,
 	}
@@ -82,6 +91,7 @@ func (g *groupCommit) do(ctx context.Context, it *item) (members int, err error)
 		g.mu.Unlock()
 		return 0, ErrClosed
 	}
+	it.queuedAt = time.Now()
 	g.queue = append(g.queue, it)
 	g.queued += it.rows
 	g.mu.Unlock()
@@ -126,7 +136,7 @@ func (g *groupCommit) run() {
 		case <-g.stop:
 			return
 		}
-		if !g.waitLinger() {
+		if !g.waitLinger() || !g.waitFill() {
 			return
 		}
 		if members := g.take(); len(members) > 0 {
@@ -161,14 +171,50 @@ func (g *groupCommit) waitLinger() bool {
 		if !waited {
 			g.lingers.Add(1)
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-g.wake:
-			t.Stop()
-		case <-t.C:
+		if expired, open := g.pause(d); expired || !open {
+			return open
+		}
+	}
+}
+
+// pause waits up to d for an item to be queued. expired is true when d
+// passed first, open false when the group was closed.
+func (g *groupCommit) pause(d time.Duration) (expired, open bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-g.wake:
+		return false, true
+	case <-t.C:
+		return true, true
+	case <-g.stop:
+		return false, false
+	}
+}
+
+// waitFill waits while every queued item is held, fewer than fillRows rows
+// are queued and the oldest item has waited less than fillWait: the
+// tenants queued are caught up, so a bigger, later insert costs them only
+// latency and ClickHouse fewer parts to merge. An item that is not held
+// ends the wait at once. It returns false when closed.
+func (g *groupCommit) waitFill() bool {
+	if g.fillWait <= 0 {
+		return true
+	}
+	for waited := false; ; waited = true {
+		g.mu.Lock()
+		var d time.Duration
+		if len(g.queue) > 0 && g.queued < g.fillRows && !slices.ContainsFunc(g.queue, func(it *item) bool { return !it.hold }) {
+			d = g.fillWait - time.Since(g.queue[0].queuedAt)
+		}
+		g.mu.Unlock()
+		if d <= 0 {
 			return true
-		case <-g.stop:
-			t.Stop()
+		}
+		if !waited {
+			g.fills.Add(1)
+		}
+		if _, open := g.pause(d); !open {
 			return false
 		}
 	}

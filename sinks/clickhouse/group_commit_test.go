@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/sink/sinktest"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/sinks/clickhouse"
 )
@@ -484,5 +485,91 @@ func TestGroupCommitClose(t *testing.T) {
 	}
 	if _, err := s.Apply(t.Context(), sinktest.Records(sinktest.Upsert("acme", "late", 1))); !errors.Is(err, clickhouse.ErrClosed) {
 		t.Errorf("Apply after Close = %v, want ErrClosed", err)
+	}
+}
+
+// applyHinted applies upserts of productIDs in a goroutine, with ctx
+// saying whether the item's tenant is caught up (sink.CaughtUp).
+func applyHinted(ctx context.Context, s *clickhouse.Sink, caughtUp bool, productIDs ...string) <-chan result {
+	return applyAsync(sink.WithCaughtUp(ctx, caughtUp), s, productIDs...)
+}
+
+// Caught-up tenants' items wait to fill a round: until FillRows rows are
+// queued, or FillWait has passed for the oldest. An item whose tenant is
+// behind or that carries no hint is never held, and ends the wait
+// of those queued with it.
+func TestGroupCommitFill(t *testing.T) {
+	t.Parallel()
+	t.Run("alone waits FillWait", func(t *testing.T) {
+		t.Parallel()
+		const wait = 300 * time.Millisecond
+		s, _ := setup(t, clickhouse.Config{FillRows: 100, FillWait: wait})
+		start := time.Now()
+		wantApplied(t, "caught up", applyHinted(t.Context(), s, true, "a"))
+		if took := time.Since(start); took < wait {
+			t.Errorf("a caught-up item alone was inserted after %v, want at least FillWait %v", took, wait)
+		}
+		if n := clickhouse.Fills(s); n != 1 {
+			t.Errorf("%d rounds waited to fill, want 1", n)
+		}
+		wantApplied(t, "behind", applyHinted(t.Context(), s, false, "b"))
+		wantApplied(t, "no hint", applyAsync(t.Context(), s, "c"))
+		if n := clickhouse.Fills(s); n != 1 {
+			t.Errorf("%d rounds waited to fill after a behind and an unhinted item, want still 1", n)
+		}
+	})
+	// A caught-up item waits for FillWait (5 s) until a second one ends
+	// the wait: enough rows, or a tenant behind.
+	for _, tc := range []struct {
+		name     string
+		fillRows int
+		caughtUp bool // the second item's
+		ids      []string
+	}{
+		{"FillRows ends the wait", 3, true, []string{"b1", "b2"}},
+		{"a tenant behind ends the wait", 100, false, []string{"behind"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := setup(t, clickhouse.Config{FillRows: tc.fillRows, FillWait: clickhouse.FillWaitMax})
+			h := newHook()
+			h.install(s)
+			start := time.Now()
+			held := applyHinted(t.Context(), s, true, "held")
+			waitFor(t, "the caught-up item queued", func() bool { return clickhouse.Queued(s) == 1 })
+			second := applyHinted(t.Context(), s, tc.caughtUp, tc.ids...)
+			wantApplied(t, "held", held)
+			wantApplied(t, "second", second)
+			if took := time.Since(start); took >= clickhouse.FillWaitMax {
+				t.Errorf("inserted after %v: the round waited for FillWait", took)
+			}
+			if sizes, want := h.sizes(), []int{1 + len(tc.ids)}; !slices.Equal(sizes, want) {
+				t.Errorf("insert rounds carried %v records, want %v (one round)", sizes, want)
+			}
+		})
+	}
+	t.Run("off", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, clickhouse.Config{FillWait: -1})
+		wantApplied(t, "caught up", applyHinted(t.Context(), s, true, "a"))
+		if n := clickhouse.Fills(s); n != 0 {
+			t.Errorf("%d rounds waited to fill with FillWait off, want 0", n)
+		}
+	})
+}
+
+// A FillWait above FillWaitMax or FillRows below 1 is a configuration
+// error.
+func TestFillConfig(t *testing.T) {
+	t.Parallel()
+	addr, db := testenv.NewClickHouseDatabase(t)
+	for _, c := range []clickhouse.Config{{FillWait: clickhouse.FillWaitMax + time.Second}, {FillRows: -1}} {
+		c.Addr, c.Database = addr, db
+		if s, err := clickhouse.New(t.Context(), &c); !errors.Is(err, clickhouse.ErrConfig) {
+			if s != nil {
+				s.Close()
+			}
+			t.Errorf("FillWait %v, FillRows %d: New = %v, want ErrConfig", c.FillWait, c.FillRows, err)
+		}
 	}
 }

@@ -367,7 +367,7 @@ func (j *job) apply(ctx context.Context, batch []sink.Record) (errs []error, err
 			errs, err = nil, fmt.Errorf("%w: %v", ErrPanic, p)
 		}
 	}()
-	errs, err = j.r.sink.Apply(ctx, batch)
+	errs, err = j.r.sink.Apply(sink.WithCaughtUp(ctx, j.item.CaughtUp), batch)
 	if err == nil && len(errs) != len(batch) {
 		return nil, fmt.Errorf("%w: %d errors for %d records", ErrBadResult, len(errs), len(batch))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -537,5 +538,54 @@ func TestReadAheadKeepsApplyConcurrency(t *testing.T) {
 		if e.rows(tenant) != 1 || e.inUse(tenant, "postgres") != 0 {
 			t.Errorf("%s: %d rows, %d slots in use, want 1 and 0", tenant, e.rows(tenant), e.inUse(tenant, "postgres"))
 		}
+	}
+}
+
+// Apply's ctx carries the item's CaughtUp (sink.CaughtUp): a sink that
+// holds caught-up tenants' items back must know which ones are.
+func TestApplyCarriesCaughtUp(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var (
+		mu  sync.Mutex
+		got = map[string]bool{} // tenant → CaughtUp as the sink saw it
+	)
+	w := &wrapSink{inner: e.pg, before: func(ctx context.Context, _ int, batch []sink.Record) error {
+		mu.Lock()
+		got[batch[0].Event.Tenant] = sink.CaughtUp(ctx)
+		mu.Unlock()
+		return nil
+	}}
+	r, _ := e.start(w, e.fastConfig())
+	for _, tc := range []struct {
+		tenant   string
+		caughtUp bool
+	}{{"behind", false}, {"caught-up", true}} {
+		e.publish(upsert(tc.tenant, "a", 1))
+		from, err := e.store.Cursor(context.Background(), tc.tenant, "postgres")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := e.js.Stream(context.Background(), events.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := info.State.LastSeq
+		l, err := e.store.Dispatch(context.Background(), tc.tenant, "postgres", "test", from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.send(work.Item{Tenant: tc.tenant, Dest: "postgres", FromSeq: from, ToSeq: to, Count: 1, LeaseID: l.ID, Token: l.Token,
+			DispatchedAt: time.Now(), CaughtUp: tc.caughtUp})
+	}
+	e.drained(r.Config().Consumer)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]bool{"behind": false, "caught-up": true}; !maps.Equal(got, want) {
+		t.Errorf("the sink saw CaughtUp %v, want %v", got, want)
 	}
 }
