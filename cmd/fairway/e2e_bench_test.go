@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+
 	"github.com/fairwayhq/fairway/internal/testenv"
 )
 
@@ -36,7 +38,9 @@ import (
 // last POST was answered, i.e. JetStream acknowledged every event),
 // <dest>_events_per_s (until that destination had applied all), and
 // e2e_events_per_s (until all three had: the target is ≥ 30,000
-// on this 2-core machine). The run fails if an event is dead-lettered,
+// on this 2-core machine), and clickhouse_inserts_per_run (the server's
+// INSERT queries during a run: product_events and products_latest each
+// count). The run fails if an event is dead-lettered,
 // a POST fails, or the pipeline is not done within
 // FAIRWAY_BENCH_E2E_DEADLINE (default 10m).
 //
@@ -50,13 +54,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 	var ingest, all time.Duration
 	applied := map[string]time.Duration{}
 	var dests []string
+	var inserts uint64
 	for i := range b.N {
 		b.StopTimer()
 		p, baseURL := e2ePipeline(b, ctx, "fairway_bench_e2e", load)
 		dests = p.Dests
+		before := clickHouseInserts(b, p)
 		b.StartTimer()
 		res, err := runE2E(ctx, p, baseURL, load, deadline)
 		b.StopTimer()
+		inserts += clickHouseInserts(b, p) - before
 		if err != nil {
 			b.Fatalf("run %d: %v", i+1, err)
 		}
@@ -80,6 +87,25 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.ReportMetric(events/applied[d].Seconds(), strings.ReplaceAll(d, ":", "_")+"_events_per_s")
 	}
 	b.ReportMetric(events/all.Seconds(), "e2e_events_per_s")
+	b.ReportMetric(float64(inserts)/float64(b.N), "clickhouse_inserts_per_run")
+}
+
+// clickHouseInserts is the ClickHouse server's count of INSERT queries so
+// far (system.events; the whole server's, so nothing else should insert
+// during a run): each is a part ClickHouse merges again and again, so
+// fewer for the same events means less of its CPU.
+func clickHouseInserts(b *testing.B, p *pipeline) uint64 {
+	b.Helper()
+	conn, err := ch.Open(&ch.Options{Addr: []string{p.ClickHouseAddr}, Auth: ch.Auth{Database: p.Database}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	var n uint64
+	if err := conn.QueryRow(context.Background(), "SELECT sum(value) FROM system.events WHERE event = 'InsertQuery'").Scan(&n); err != nil {
+		b.Fatalf("ClickHouse INSERT count: %v", err)
+	}
+	return n
 }
 
 // e2eSummary says what one run measured.
