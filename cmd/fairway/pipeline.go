@@ -407,7 +407,7 @@ func (p *pipeline) openSink(ctx context.Context, dest string, pr *proc, log *slo
 		p.onClose(s.Close)
 		return s, nil
 	case tenancy.DestClickHouse:
-		s, err := clickhouse.New(ctx, &clickhouse.Config{Addr: p.ClickHouseAddr, Database: p.Database})
+		s, err := clickhouse.New(ctx, &clickhouse.Config{Addr: p.ClickHouseAddr, Database: p.Database, Registerer: p.Registry})
 		if err != nil {
 			return nil, fmt.Errorf("ClickHouse at %s: %w (start it with make services)", p.ClickHouseAddr, err)
 		}

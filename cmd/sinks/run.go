@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
@@ -55,12 +56,12 @@ func run(ctx context.Context, cfg Config) error {
 	if _, err := dlq.EnsureStream(startCtx, js, dlq.StreamConfig{Replicas: cfg.Replicas}); err != nil {
 		return err
 	}
-	s, closeSink, err := openSink(startCtx, cfg, pool)
+	reg := bootstrap.NewRegistry()
+	s, closeSink, err := openSink(startCtx, cfg, pool, reg)
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	reg := bootstrap.NewRegistry()
 	r, err := runner.New(startCtx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg}, &cfg.Runner)
 	if err != nil {
 		return err
@@ -100,7 +101,7 @@ func run(ctx context.Context, cfg Config) error {
 }
 
 // openSink builds the destination's sink and the func that closes it.
-func openSink(ctx context.Context, cfg Config, pool *pgxpool.Pool) (sink.Sink, func(), error) {
+func openSink(ctx context.Context, cfg Config, pool *pgxpool.Pool, metrics prometheus.Registerer) (sink.Sink, func(), error) {
 	switch {
 	case cfg.Dest == "postgres":
 		s, err := postgres.New(ctx, &postgres.Config{Pool: pool})
@@ -110,7 +111,8 @@ func openSink(ctx context.Context, cfg Config, pool *pgxpool.Pool) (sink.Sink, f
 		return s, s.Close, nil
 	case cfg.Dest == "clickhouse":
 		s, err := clickhouse.New(ctx, &clickhouse.Config{Addr: cfg.ClickHouseAddr, Database: cfg.ClickHouseDatabase,
-			Linger: cfg.ClickHouseLinger, GroupRows: cfg.ClickHouseGroupRows, FillRows: cfg.ClickHouseFillRows, FillWait: cfg.ClickHouseFillWait})
+			Linger: cfg.ClickHouseLinger, GroupRows: cfg.ClickHouseGroupRows, FillRows: cfg.ClickHouseFillRows, FillWait: cfg.ClickHouseFillWait,
+			Registerer: metrics})
 		if err != nil {
 			return nil, nil, err
 		}

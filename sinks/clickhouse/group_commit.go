@@ -213,6 +213,7 @@ func (g *groupCommit) waitFill() bool {
 		}
 		if !waited {
 			g.fills.Add(1)
+			g.s.m.heldRounds.Inc()
 		}
 		if _, open := g.pause(d); !open {
 			return false

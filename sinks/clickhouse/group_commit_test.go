@@ -11,6 +11,7 @@ import (
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/sink/sinktest"
@@ -571,5 +572,36 @@ func TestFillConfig(t *testing.T) {
 			}
 			t.Errorf("FillWait %v, FillRows %d: New = %v, want ErrConfig", c.FillWait, c.FillRows, err)
 		}
+	}
+}
+
+// The sink's metrics count the rounds held back to fill and the rows of
+// every round.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	s, _ := setup(t, clickhouse.Config{FillRows: 100, FillWait: 50 * time.Millisecond, Registerer: reg})
+	wantApplied(t, "caught up", applyHinted(t.Context(), s, true, "a", "b"))
+	wantApplied(t, "behind", applyHinted(t.Context(), s, false, "c"))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held float64
+	var rounds uint64
+	var rows float64
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "fairway_sink_clickhouse_held_rounds_total":
+				held += m.GetCounter().GetValue()
+			case "fairway_sink_clickhouse_insert_rows":
+				rounds += m.GetHistogram().GetSampleCount()
+				rows += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	if held != 1 || rounds != 2 || rows != 3 {
+		t.Errorf("held rounds %v, insert rounds %d with %v rows; want 1, 2 and 3", held, rounds, rows)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -95,6 +96,10 @@ type Config struct {
 	// off. FillWait is at most FillWaitMax (5 s).
 	FillRows int
 	FillWait time.Duration
+	// Registerer, when set, gets the sink's metrics (docs/metrics.md):
+	// fairway_sink_clickhouse_insert_rows and
+	// fairway_sink_clickhouse_held_rounds_total.
+	Registerer prometheus.Registerer
 	// Now is the clock for applied_at. Default time.Now.
 	Now func() time.Time
 }
@@ -156,6 +161,7 @@ type Sink struct {
 	// inserts counts insert rounds (one INSERT per table), for tests and
 	// benchmarks.
 	inserts atomic.Int64
+	m       metrics
 	// insertHook, set by tests only, runs before every insert round with
 	// the records it carries; an error fails the round unsent.
 	insertHook func(ctx context.Context, recs []sink.Record) error
@@ -182,7 +188,13 @@ func New(ctx context.Context, cfg *Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse sink: open %s: %w", cfg.Addr, err)
 	}
-	s := &Sink{conn: conn, sql: newStatements(cfg.Database), maxPayload: cfg.MaxPayloadBytes, now: cfg.Now}
+	s := &Sink{conn: conn, sql: newStatements(cfg.Database), maxPayload: cfg.MaxPayloadBytes, now: cfg.Now, m: newMetrics()}
+	if cfg.Registerer != nil {
+		if err := s.m.register(cfg.Registerer); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("clickhouse sink: metrics: %w", err)
+		}
+	}
 	for _, stmt := range []string{s.sql.createEvents, s.sql.createLatest} {
 		if err := conn.Exec(ctx, stmt); err != nil {
 			conn.Close()
@@ -307,6 +319,7 @@ func (s *Sink) insert(ctx context.Context, items []*item) error {
 		rows += it.rows
 		latest += len(it.latest)
 	}
+	s.m.insertRows.Observe(float64(rows))
 	of := ""
 	if len(items) > 1 {
 		of = fmt.Sprintf(" of %d items", len(items))
