@@ -178,6 +178,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		x.throttle(k, ts, wait)
 		return
 	}
+	backDone := d.backDone.Load() // before the cut: see caughtUp
 	ranges, counts, lists, first, pending, ok := x.fromIndex(ts, from, n)
 	source, limited := "index", false // limited: a read readMax sized by the slots freed
 	var (
@@ -263,7 +264,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 		it := work.Item{
 			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i], Times: times[i],
 			LeaseID: l.ID, Token: l.Token, DispatchedAt: now, Replay: l.FromSeq < replayUntil,
-			CaughtUp: i == len(ranges)-1 && pending == 0,
+			CaughtUp: i == len(ranges)-1 && caughtUp(source, pending, backDone),
 		}
 		if it.Replay {
 			d.m.replayed.WithLabelValues(x.name).Add(float64(it.Count))
@@ -573,6 +574,16 @@ func cutTimes(msgs []work.Stored, counts []int) []*work.Times {
 		i += c
 	}
 	return times
+}
+
+// caughtUp says whether a grant left its tenant nothing waiting, so that
+// its last item may be marked work.Item.CaughtUp (a sink may then hold it
+// back): pending, what the cut counted after it, is 0, and the count was
+// complete. A cut from the index while the backfill is still delivering
+// (backDone read before the cut) counts only what was delivered so far; a
+// wrong mark throttles the tenant, a missing one only forgoes combining.
+func caughtUp(source string, pending uint64, backDone bool) bool {
+	return pending == 0 && (source != "index" || backDone)
 }
 
 // listSeqs says whether a batch's work item lists its sequences

@@ -221,6 +221,33 @@ func TestGrantCutsWhatBackfillDelivered(t *testing.T) {
 	}
 }
 
+// A grant cut from the index while the backfill is still delivering does
+// not know all its tenant has waiting (TestGrantCutsWhatBackfillDelivered:
+// 16 of a backlog of 500), so its last item is not marked caught up; once
+// the backfill is done, or from any other source, nothing pending means
+// caught up.
+func TestCaughtUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		source   string
+		pending  uint64
+		backDone bool
+		want     bool
+	}{
+		{"index", 0, false, false},
+		{"index", 0, true, true},
+		{"index", 3, true, false},
+		{"read", 0, false, true},
+		{"dense", 0, false, true},
+		{"feed", 0, false, true},
+		{"read", 1, true, false},
+	} {
+		if got := caughtUp(tc.source, tc.pending, tc.backDone); got != tc.want {
+			t.Errorf("caughtUp(%s, pending %d, backfill done %v) = %v, want %v", tc.source, tc.pending, tc.backDone, got, tc.want)
+		}
+	}
+}
+
 // A pair this dispatcher does not grant (parked for another one) forgets
 // what the scan says was dispatched, so its index does not grow with every
 // event the doorbell rings.

@@ -39,7 +39,9 @@ type Item struct {
 	Replay bool `json:"replay,omitempty"`
 	// CaughtUp is set when the tenant had nothing more waiting for the
 	// destination when the item was cut: it is the last batch of its
-	// grant and no backlog was left beyond it. A sink may hold such an
+	// grant and no backlog was left beyond it (as far as the dispatcher
+	// could count: not while its start-up backfill was still delivering
+	// the tenant's backlog). A sink may hold such an
 	// item back to combine it with others (ClickHouse), costing the tenant
 	// latency only; an item without it is never held, as that would keep
 	// the tenant's slot and slow it down (sink.CaughtUp). Absent in items
