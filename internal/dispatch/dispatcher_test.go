@@ -360,11 +360,7 @@ func TestInterleavedBatchesListed(t *testing.T) {
 	e := setup(t, time.Minute)
 	e.tenant("x", 1, 4, pg)
 	e.tenant("y", 1, 4, pg)
-	seqs := map[string][]uint64{}
-	for range n {
-		seqs["x"] = append(seqs["x"], e.publish("x", 1)...)
-		seqs["y"] = append(seqs["y"], e.publish("y", 1)...)
-	}
+	seqs := e.interleave(n, []string{"x", "y"}, 1, 1)
 	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
 	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour}, nil)
 	e.waitFor("both backlogs applied", func() bool { return s.events("x") == n && s.events("y") == n })
@@ -477,11 +473,7 @@ func TestReadAtLimitReadsFreedSlots(t *testing.T) {
 	)
 	e.tenant("acme", 1, 1, pg)
 	e.tenant("other", 1, 1, pg)
-	var seqs []uint64
-	for range n / 100 {
-		seqs = append(seqs, e.publish("acme", 100)...)
-		e.publish("other", 1)
-	}
+	seqs := e.interleave(n/100, []string{"acme", "other"}, 100, 1)["acme"]
 	s := e.startSink(pg, 1, nil, func() time.Duration { return 5 * time.Millisecond })
 	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, GrantBatches: 4, Backfill: -1, PollInterval: time.Hour}, nil)
 	e.waitFor("the backlog applied", func() bool { return s.events("acme") >= n })
@@ -629,10 +621,7 @@ func TestDestBatchSize(t *testing.T) {
 		e.tenant(id, 1, 4, pg, ch)
 	}
 	seqs["dense"] = e.publish("dense", 3*chBatch)
-	for range 20 {
-		seqs["b"] = append(seqs["b"], e.publish("b", 50)...)
-		seqs["c"] = append(seqs["c"], e.publish("c", 50)...)
-	}
+	maps.Copy(seqs, e.interleave(20, []string{"b", "c"}, 50, 50))
 	sinks := map[string]*sink{}
 	for _, dest := range []string{pg, ch} {
 		sinks[dest] = e.startSink(dest, 4, nil, func() time.Duration { return 0 })

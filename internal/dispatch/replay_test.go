@@ -97,11 +97,7 @@ func TestReplayUnthrottled(t *testing.T) {
 	e := setup(t, time.Minute)
 	e.tenant("big", 1, 8, pg)
 	e.tenant("other", 1, 8, pg)
-	var seqs []uint64
-	for range n / 100 {
-		seqs = append(seqs, e.publish("big", 100)...)
-		e.publish("other", 1)
-	}
+	seqs := e.interleave(n/100, []string{"big", "other"}, 100, 1)["big"]
 	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, ReplayRate: 1}, nil)
 	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
 	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })

@@ -111,6 +111,20 @@ func (e *env) publish(tenant string, n int) []uint64 {
 	return seqs
 }
 
+// interleave publishes rounds times, in each round runs[i] events of
+// tenants[i] in turn (backlogs that interleave in the stream), and returns
+// each tenant's sequences.
+func (e *env) interleave(rounds int, tenants []string, runs ...int) map[string][]uint64 {
+	e.t.Helper()
+	seqs := map[string][]uint64{}
+	for range rounds {
+		for i, tenant := range tenants {
+			seqs[tenant] = append(seqs[tenant], e.publish(tenant, runs[i])...)
+		}
+	}
+	return seqs
+}
+
 // start runs a dispatcher until the test ends.
 func (e *env) start(cfg *dispatch.Config, prepare func(*dispatch.Dispatcher)) *dispatch.Dispatcher {
 	e.t.Helper()
