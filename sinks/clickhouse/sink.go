@@ -36,8 +36,8 @@ const (
 	// at once for ClickHouse (cmd/sinks --concurrency, the demo): calls
 	// wait together in group commit, each holding an apply slot and
 	// nothing else, and the more wait together the fewer the inserts (20
-	// tenants sending at once, BenchmarkEndToEnd: 13,860 events/s with 16,
-	// 9,592 with the runtime's default of 4).
+	// tenants sending at once, BenchmarkEndToEnd, one run each: 13,860
+	// events/s with 16, 9,592 with the runtime's default of 4).
 	ConcurrencyDefault = 16
 )
 
@@ -87,9 +87,9 @@ type Config struct {
 	// work items marked caught up (sink.CaughtUp: their tenants had
 	// nothing more waiting for ClickHouse) waits until FillRows rows are
 	// queued or its oldest call has waited FillWait. ClickHouse merges every insert's
-	// part again and again in the background, and in a run of 20 tenants
-	// sending at once holding rounds back cut its CPU to a quarter
-	// (docs/sinks.md, "Holding caught-up tenants back"). A call from any
+	// part again and again in the background, and with 20 tenants sending
+	// at once holding rounds back cut its CPU from 18-20 s to 4-7 s per
+	// 200,000 events (docs/sinks.md, "Holding caught-up tenants back"). A call from any
 	// other item is never held: holding it would keep
 	// its tenant's slot and slow the tenant down. Defaults FillRowsDefault
 	// (10,000) and FillWaitDefault (200 ms); a negative FillWait turns it
