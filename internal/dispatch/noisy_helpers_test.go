@@ -613,3 +613,37 @@ func slowest(tr *trickle, t0, until, deadline time.Time, when func(tenant string
 	}
 	return sb.String()
 }
+
+// cpuSplit reads, from now until done is closed, the CPU time this
+// process, the NATS server (when it runs in a process of its own) and
+// PostgreSQL's processes used; the returned func reports it (after done).
+func (e *benchEnv) cpuSplit(done <-chan struct{}) func() string {
+	self := func() time.Duration { d, _, _ := testenv.ProcessCPU(os.Getpid()); return d }
+	server := func() time.Duration {
+		if e.nats == nil {
+			return 0
+		}
+		d, _ := e.nats.CPU()
+		return d
+	}
+	pg := testenv.CommandCPU("postgres")
+	s0, n0, t0 := self(), server(), time.Now()
+	var out string
+	measured := make(chan struct{})
+	go func() {
+		defer close(measured)
+		<-done
+		out = fmt.Sprintf("CPU over %v: this process %v, NATS server %v, PostgreSQL %v",
+			time.Since(t0).Round(time.Millisecond), (self() - s0).Round(10*time.Millisecond),
+			(server() - n0).Round(10*time.Millisecond), testenv.CPUSince(pg, "postgres").Round(10*time.Millisecond))
+	}()
+	return func() string {
+		select {
+		case <-done:
+			<-measured
+			return out
+		default:
+			return "CPU: not drained"
+		}
+	}
+}

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -165,29 +163,10 @@ func (c *NATSChild) command(line string) error {
 	}
 }
 
-// CPU returns the user and system CPU time the child has used so far
-// (from /proc/<pid>/stat).
+// CPU returns the user and system CPU time the child has used so far.
 func (c *NATSChild) CPU() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.PID))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; fields 14 and 15
-	// (utime, stime, in clock ticks) follow its closing parenthesis.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", c.PID, b)
-	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", c.PID, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	used, _, err := ProcessCPU(c.PID)
+	return used, err
 }
 
 // BenchNATSGOGC is the GOGC of a benchmark's server process: what
@@ -199,10 +178,6 @@ func (c *NATSChild) CPU() (time.Duration, error) {
 // noisy-neighbour benchmark's small-tenant p99 (deploy/nats/README.md,
 // "Garbage collection").
 const BenchNATSGOGC = "400"
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every
-// Linux architecture Go supports.
-const clockTicks = 100
 
 // BenchNATS starts a benchmark's JetStream server: in a process of its own
 // (FAIRWAY_BENCH_NATS=process, the default), as in production, so the
