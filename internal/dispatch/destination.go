@@ -353,7 +353,7 @@ func (x *destination) throttle(k scheduler.Key, ts *tenantState, wait time.Durat
 	x.sched.SetBlocked(k, true)
 	_ = x.sched.Done(k, 0, 0)
 	x.mu.Unlock()
-	time.AfterFunc(wait, func() { x.unblock(k.Tenant) })
+	time.AfterFunc(wait, func() { x.unblock(k.Tenant, 1) })
 }
 
 // fromIndex cuts up to n of the tenant's events from cursor into batches
@@ -632,12 +632,13 @@ func (x *destination) setAside(k scheduler.Key, op string, err error) {
 	x.sched.SetBlocked(k, true)
 	_ = x.sched.Done(k, 0, 0)
 	x.mu.Unlock()
-	time.AfterFunc(x.d.cfg.RetryDelay, func() { x.unblock(k.Tenant) })
+	time.AfterFunc(x.d.cfg.RetryDelay, func() { x.unblock(k.Tenant, 1) })
 }
 
-// unblock handles a release of one of tenant's slots. It reports whether
-// an orphan of the tenant is waiting for a slot.
-func (x *destination) unblock(tenant string) (orphans bool) {
+// unblock handles the release of slots of tenant's slots (or the end of a
+// wait that set it aside, as one: slots 1). It reports whether an orphan of the
+// tenant is waiting for a slot.
+func (x *destination) unblock(tenant string, slots int) (orphans bool) {
 	x.mu.Lock()
 	ts := x.tenants[tenant]
 	if ts == nil {
@@ -646,7 +647,7 @@ func (x *destination) unblock(tenant string) (orphans bool) {
 	}
 	ts.gen++
 	if ts.full {
-		ts.freed++
+		ts.freed += max(slots, 1)
 	}
 	if ts.blocked {
 		ts.blocked = false

@@ -331,7 +331,7 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 				continue
 			}
 			d.m.wakeups.WithLabelValues("release").Inc()
-			if x.unblock(r.Tenant) {
+			if x.unblock(r.Tenant, r.Slots) {
 				d.kickRecovery()
 			}
 		}

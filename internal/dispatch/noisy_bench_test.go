@@ -56,7 +56,9 @@ import (
 // FAIRWAY_BENCH_DISPATCHERS (default 1) fairway dispatchers run side by
 // side, each with its own connections, pool and holder, as separate
 // processes would (replicas_bench_test.go); the grant timings then cover
-// the first one's grants only. fairway's work items are checked to cover
+// the first one's grants only. FAIRWAY_BENCH_CONCURRENCY and
+// FAIRWAY_BENCH_QUANTUM set the dispatchers' Config.Concurrency and
+// Config.Quantum (default: the Config's defaults). fairway's work items are checked to cover
 // every event exactly once.
 //
 // Run: go test -run '^$' -bench BenchmarkNoisyNeighbor -benchtime 1x ./internal/dispatch/
@@ -229,13 +231,15 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 
 	d := newDrain(cfg.noisyN)
 	obs, rec := e.observeWork(tenancy.DestPostgres, func(t string) bool { return !cfg.isNoisy(t) })
-	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, e.store(), cfg.isNoisy, d)
+	sinkStore := e.store()
+	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, sinkStore, cfg.isNoisy, d)
 	defer sink.stop()
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {
 		b.Fatal(err)
 	}
-	reps := e.newReplicas(cfg.dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench"})
+	reps := e.newReplicas(cfg.dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench",
+		Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0), Quantum: int64(testenv.EnvInt(b, "FAIRWAY_BENCH_QUANTUM", 0))})
 	disp := reps.ds[0]
 	cyc := &grantCycle{tenant: noisyTenant}
 	disp.SetBeforeDispatch(cyc.before)
@@ -254,6 +258,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	})
 	reps.start(b, runCtx, &wg, 1)
 	drainCPU := cpuUntil(b, d.done)
+	split := e.cpuSplit(d.done)
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
 	stopProfile()
@@ -268,7 +273,12 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 		b.Errorf("fairway: %d sink errors", r.errs)
 	}
 	r.cpuPct = drainCPU()
+	b.Logf("fairway: %s", split())
+	stmts, calls := sinkStore.ReleaseStats()
+	b.Logf("fairway: the sink's %d releases went out in %d statements", calls, stmts)
 	moved, _ := reps.sum(b, "fairway_dispatcher_cursor_moved_total")
+	atLimit, _ := reps.sum(b, "fairway_dispatcher_at_limit_total")
+	b.Logf("fairway: grants found the noisy tenant at its slot limit %.0f times", atLimit)
 	b.Logf("fairway: %d dispatchers, batches by holder %v, cursor races lost %.0f", cfg.dispatchers, e.checkReplicas(rec), moved)
 	b.Logf("fairway: noisy tenant's grants: %s", cyc)
 	return r
@@ -343,6 +353,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	stopProfile := testenv.ProfileCPU(b, "noisy-fifo")
 	stopServerProfile := e.nats.ProfileCPU(b, "noisy-fifo-server")
 	t0 := time.Now()
+	split := e.cpuSplit(d.done)
 	pool := e.startFIFO(cfg.workers, 500, cfg.isNoisy, d)
 	defer pool.stop()
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
@@ -355,6 +366,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 		at, ok := pool.takes[seq]
 		return at, ok
 	})
+	b.Logf("fifo: %s", split())
 	r.errs = pool.errs.Load()
 	if r.errs > 0 {
 		b.Errorf("fifo: %d errors", r.errs)
@@ -463,6 +475,8 @@ func BenchmarkManyTenants(b *testing.B) {
 		scan = sum / float64(count)
 	}
 	moved, _ := reps.sum(b, "fairway_dispatcher_cursor_moved_total")
+	atLimit, _ := reps.sum(b, "fairway_dispatcher_at_limit_total")
+	b.Logf("fairway: grants found the noisy tenant at its slot limit %.0f times", atLimit)
 	byHolder := e.checkReplicas(rec)
 	const mb = 1 << 20
 	b.ReportMetric(float64(dispatchers), "dispatchers")

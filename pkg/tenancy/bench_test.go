@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // The benchmarks report acquire+release pairs per second (pairs/s) for
@@ -221,5 +223,61 @@ func BenchmarkBareCounter(b *testing.B) {
 				runCallers(b, callers, "pairs/s", 1, bare)
 			})
 		}
+	}
+}
+
+// BenchmarkReleaseCPU measures what a release costs PostgreSQL: the CPU
+// time of the one backend serving the Store's one connection (from
+// /proc/<pid>/stat, so the database must run on this machine), per slot
+// released by Release one at a time (group=1, the statement Release runs
+// alone) and by ReleaseMany of 4 and 16 leases of as many tenants, as
+// Release sends the calls that queued while a statement ran. Reported:
+// backend_us/release. /proc counts in ticks of 10 ms: run enough
+// iterations (-benchtime 2000x) for the figure to settle.
+func BenchmarkReleaseCPU(b *testing.B) {
+	for _, group := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("group=%d", group), func(b *testing.B) {
+			_, _, dsn := setup(b, &tenancy.Config{DefaultMaxSlots: 1})
+			pool := newPool(b, dsn, 1)
+			st, err := tenancy.New(pool, &tenancy.Config{DefaultMaxSlots: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			var pid int
+			if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				b.Fatal(err)
+			}
+			reqs := make([]tenancy.AcquireRequest, group)
+			for i := range reqs {
+				reqs[i] = tenancy.AcquireRequest{Tenant: tenantName(i), Dest: tenancy.DestPostgres, Holder: "bench"}
+			}
+			var used time.Duration
+			b.ResetTimer()
+			for range b.N {
+				ls, err := st.AcquireMany(ctx, reqs)
+				if err != nil || len(ls) != group {
+					b.Fatalf("acquired %d of %d: %v", len(ls), group, err)
+				}
+				c0, _, err := testenv.ProcessCPU(pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if group == 1 {
+					err = st.Release(ctx, ls[0].ID, ls[0].Token)
+				} else {
+					err = st.ReleaseMany(ctx, ls)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				c1, _, err := testenv.ProcessCPU(pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				used += c1 - c0
+			}
+			b.ReportMetric(float64(used.Microseconds())/float64(b.N*group), "backend_us/release")
+		})
 	}
 }

@@ -317,13 +317,25 @@ const releaseSQL = `WITH a AS (` + asyncCommitSQL + `), r AS (
 // if it released the slot or the same lease had already released it (or a
 // sweeper did). ErrStaleLease if the slot has been leased again since
 // (token is stale); then nothing changes.
+//
+// Releases made at the same time are combined into one statement
+// (releaseGroup); each call still gets its own lease's outcome.
 func (s *Store) Release(ctx context.Context, leaseID string, token int64) error {
-	tenant, dest, slot, idToken, err := ParseLeaseID(leaseID)
+	_, _, _, idToken, err := ParseLeaseID(leaseID)
 	if err != nil {
 		return err
 	}
 	if idToken != token {
 		return fmt.Errorf("release %s: token %d: %w", leaseID, token, ErrStaleLease)
+	}
+	return s.releaseGrouped(ctx, Lease{ID: leaseID, Token: token})
+}
+
+// releaseOne is Release in a statement of its own.
+func (s *Store) releaseOne(ctx context.Context, leaseID string, token int64) error {
+	tenant, dest, slot, _, err := ParseLeaseID(leaseID)
+	if err != nil {
+		return err
 	}
 	var n int64
 	if err := s.pool.QueryRow(ctx, releaseSQL, tenant, dest, slot, token).Scan(&n); err != nil {
@@ -378,7 +390,8 @@ func (s *Store) ReleaseMany(ctx context.Context, leases []Lease) error {
 			WHERE s.tenant = x.t AND s.dest = x.d AND s.slot_no = x.n AND s.epoch = x.e AND s.expires_at IS NOT NULL
 			RETURNING s.tenant, s.dest
 		), n AS (
-			SELECT pg_notify('`+NotifyChannel+`', tenant || ' ' || dest) FROM (SELECT DISTINCT tenant, dest FROM r) d
+			SELECT pg_notify('`+NotifyChannel+`', tenant || ' ' || dest || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
+			FROM (SELECT tenant, dest, count(*) AS n FROM r GROUP BY tenant, dest) d
 		) SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n) + 0 * (SELECT count(*) FROM a)`, ts, ds, ns, es).Scan(&released, &notified)
 	if err != nil {
 		return fmt.Errorf("release %d leases: %w", len(leases), err)
@@ -427,7 +440,8 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			WHERE s.tenant = c.tenant AND s.dest = c.dest AND s.slot_no = c.slot_no AND s.expires_at < now()
 			RETURNING s.tenant, s.dest
 		), n AS (
-			SELECT pg_notify('`+NotifyChannel+`', tenant || ' ' || dest) FROM (SELECT DISTINCT tenant, dest FROM r) d
+			SELECT pg_notify('`+NotifyChannel+`', tenant || ' ' || dest || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
+			FROM (SELECT tenant, dest, count(*) AS n FROM r GROUP BY tenant, dest) d
 		) SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n) + 0 * (SELECT count(*) FROM a)`).Scan(&n, &notified)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: %w", err)

@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,11 @@ type Released struct {
 	// Cursor says the pair's cursor was moved by an operator (a replay's
 	// rewind, a cancelled replay): reload it rather than wait for a slot.
 	Cursor bool
+	// Slots is how many of the pair's slots were freed (at least 1; 0
+	// with Cursor or Members): a statement that releases several of one
+	// pair's slots notifies once ("<tenant> <dest> <n>"), as PostgreSQL
+	// folds a transaction's identical notifications into one anyway.
+	Slots int
 	// Members says a dispatcher joined (Store.Heartbeat's first beat) or
 	// left (Store.Leave): Tenant and Dest are empty; the others beat now
 	// rather than at their next heartbeat.
@@ -99,6 +105,12 @@ func (s *Store) listenLoop(ctx context.Context, conn *pgx.Conn, ch chan<- Releas
 				tenant, rest, _ := strings.Cut(n.Payload, " ")
 				dest, kind, _ := strings.Cut(rest, " ")
 				r = Released{Tenant: tenant, Dest: dest, Cursor: kind == notifyCursor}
+				if !r.Cursor {
+					r.Slots = 1
+					if n, err := strconv.Atoi(kind); err == nil && n > 1 {
+						r.Slots = n
+					}
+				}
 			}
 			if !send(r) {
 				return

@@ -24,7 +24,8 @@ const (
 )
 
 // NotifyChannel is the PostgreSQL channel a release (or a raised limit)
-// notifies, with payload "<tenant> <dest>".
+// notifies, with payload "<tenant> <dest>", or "<tenant> <dest> <n>" when
+// one statement freed n > 1 of the pair's slots (see Released).
 const NotifyChannel = "fairway_released"
 
 // Config configures a Store.
@@ -78,6 +79,8 @@ type Store struct {
 	cfg   *Config
 	log   *slog.Logger
 	ttlUS int64 // LeaseTTL in microseconds, as bound into SQL
+
+	releases releaseGroup
 }
 
 // New returns a Store on pool.

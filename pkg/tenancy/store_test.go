@@ -472,7 +472,7 @@ func TestListen(t *testing.T) {
 	if err := st.Release(ctx, l.ID, l.Token); err != nil {
 		t.Fatal(err)
 	}
-	if r := next("release"); r != (tenancy.Released{Tenant: "acme", Dest: "b2b:p1"}) {
+	if r := next("release"); r != (tenancy.Released{Tenant: "acme", Dest: "b2b:p1", Slots: 1}) {
 		t.Fatalf("got %+v", r)
 	}
 	// A stale or repeated release notifies nothing; the next event seen is
@@ -481,7 +481,7 @@ func TestListen(t *testing.T) {
 	if err := st.SetLimit(ctx, "acme", "postgres", 3); err != nil {
 		t.Fatal(err)
 	}
-	if r := next("set limit"); r != (tenancy.Released{Tenant: "acme", Dest: "postgres"}) {
+	if r := next("set limit"); r != (tenancy.Released{Tenant: "acme", Dest: "postgres", Slots: 1}) {
 		t.Fatalf("got %+v", r)
 	}
 	// Kill the listener's connection: it reconnects, says "rescan", and
@@ -501,7 +501,7 @@ func TestListen(t *testing.T) {
 	if err := st.Release(ctx, l.ID, l.Token); err != nil {
 		t.Fatal(err)
 	}
-	if r := next("release after reconnect"); r != (tenancy.Released{Tenant: "beta", Dest: "clickhouse"}) {
+	if r := next("release after reconnect"); r != (tenancy.Released{Tenant: "beta", Dest: "clickhouse", Slots: 1}) {
 		t.Fatalf("got %+v", r)
 	}
 	cancel()

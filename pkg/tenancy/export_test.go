@@ -1,0 +1,8 @@
+package tenancy
+
+// QueuedReleases is how many Release calls wait for a statement.
+func (s *Store) QueuedReleases() int {
+	s.releases.mu.Lock()
+	defer s.releases.mu.Unlock()
+	return len(s.releases.queue)
+}
