@@ -275,7 +275,12 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	r.cpuPct = drainCPU()
 	b.Logf("fairway: %s", split())
 	stmts, calls := sinkStore.ReleaseStats()
-	b.Logf("fairway: the sink's %d releases went out in %d statements", calls, stmts)
+	dstmts, dcalls := 0, 0
+	for _, st := range reps.stores {
+		s, c := st.DispatchStats()
+		dstmts, dcalls = dstmts+s, dcalls+c
+	}
+	b.Logf("fairway: the sink's %d releases went out in %d statements, the dispatchers' %d dispatches in %d", calls, stmts, dcalls, dstmts)
 	moved, _ := reps.sum(b, "fairway_dispatcher_cursor_moved_total")
 	atLimit, _ := reps.sum(b, "fairway_dispatcher_at_limit_total")
 	b.Logf("fairway: grants found the noisy tenant at its slot limit %.0f times", atLimit)

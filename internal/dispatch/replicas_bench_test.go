@@ -19,6 +19,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // Helpers for running several dispatchers in one benchmark, as several
@@ -36,8 +37,9 @@ func benchDispatchers(tb testing.TB) int { return testenv.EnvInt(tb, "FAIRWAY_BE
 // processes would. They do share this process's CPU, scheduler and garbage
 // collector, and the embedded nats-server.
 type replicas struct {
-	ds   []*dispatch.Dispatcher
-	regs []*prometheus.Registry
+	ds     []*dispatch.Dispatcher
+	regs   []*prometheus.Registry
+	stores []*tenancy.Store
 }
 
 // newReplicas builds n dispatchers from cfg; replica i is Holder
@@ -51,7 +53,9 @@ func (e *benchEnv) newReplicas(n int, cfg dispatch.Config) *replicas {
 			c.Holder = fmt.Sprintf("%s-%d", cfg.Holder, i)
 		}
 		reg := prometheus.NewRegistry()
-		d, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn(fmt.Sprintf("dispatcher-%d", i)),
+		st := e.store()
+		r.stores = append(r.stores, st)
+		d, err := dispatch.New(dispatch.Deps{Store: st, NATS: e.conn(fmt.Sprintf("dispatcher-%d", i)),
 			Doorbell: e.conn(fmt.Sprintf("dispatcher-%d-doorbell", i)), Registry: reg}, &c)
 		if err != nil {
 			e.tb.Fatal(err)

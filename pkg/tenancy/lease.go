@@ -319,7 +319,8 @@ const releaseSQL = `WITH a AS (` + asyncCommitSQL + `), r AS (
 // (token is stale); then nothing changes.
 //
 // Releases made at the same time are combined into one statement
-// (releaseGroup); each call still gets its own lease's outcome.
+// (grouper); each call still gets its own lease's outcome. A call whose
+// ctx ends while it waits for a statement releases nothing.
 func (s *Store) Release(ctx context.Context, leaseID string, token int64) error {
 	_, _, _, idToken, err := ParseLeaseID(leaseID)
 	if err != nil {
@@ -328,7 +329,11 @@ func (s *Store) Release(ctx context.Context, leaseID string, token int64) error 
 	if idToken != token {
 		return fmt.Errorf("release %s: token %d: %w", leaseID, token, ErrStaleLease)
 	}
-	return s.releaseGrouped(ctx, Lease{ID: leaseID, Token: token})
+	err, ok := s.releases.do(ctx, Lease{ID: leaseID, Token: token})
+	if !ok {
+		return fmt.Errorf("release %s: %w", leaseID, ctx.Err())
+	}
+	return err
 }
 
 // releaseOne is Release in a statement of its own.
@@ -366,42 +371,21 @@ func (s *Store) ReleaseMany(ctx context.Context, leases []Lease) error {
 	if len(leases) == 0 {
 		return nil
 	}
-	ts := make([]string, len(leases))
-	ds := make([]string, len(leases))
-	ns := make([]int32, len(leases))
-	es := make([]int64, len(leases))
-	stale := 0
-	for i, l := range leases {
-		tenant, dest, slot, token, err := ParseLeaseID(l.ID)
-		if err != nil {
-			return err
-		}
-		if token != l.Token {
-			stale++
-			token = -1 // matches nothing
-		}
-		ts[i], ds[i], ns[i], es[i] = tenant, dest, int32(slot), token
+	x, err := releaseArgs(leases)
+	if err != nil {
+		return err
 	}
-	var released, notified int64
-	err := s.pool.QueryRow(ctx, `WITH a AS (`+asyncCommitSQL+`), x AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[]) AS x(t, d, n, e)
-		), r AS (
-			UPDATE fairway.slots s SET expires_at = NULL, holder = NULL FROM x
-			WHERE s.tenant = x.t AND s.dest = x.d AND s.slot_no = x.n AND s.epoch = x.e AND s.expires_at IS NOT NULL
-			RETURNING s.tenant, s.dest
-		), n AS (
-			SELECT pg_notify('`+NotifyChannel+`', tenant || ' ' || dest || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
-			FROM (SELECT tenant, dest, count(*) AS n FROM r GROUP BY tenant, dest) d
-		) SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n) + 0 * (SELECT count(*) FROM a)`, ts, ds, ns, es).Scan(&released, &notified)
+	released, err := s.releaseMany(ctx, x)
 	if err != nil {
 		return fmt.Errorf("release %d leases: %w", len(leases), err)
 	}
-	if int(released)+stale < len(leases) {
+	stale := x.stale
+	if n := count(released); n+stale < len(leases) {
 		var fenced int
 		err := s.pool.QueryRow(ctx, `SELECT count(*)
 			FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[]) AS x(t, d, n, e)
 			LEFT JOIN fairway.slots s ON s.tenant = x.t AND s.dest = x.d AND s.slot_no = x.n
-			WHERE x.e >= 0 AND (s.epoch IS NULL OR s.epoch <> x.e)`, ts, ds, ns, es).Scan(&fenced)
+			WHERE x.e >= 0 AND (s.epoch IS NULL OR s.epoch <> x.e)`, x.ts, x.ds, x.ns, x.es).Scan(&fenced)
 		if err != nil {
 			return fmt.Errorf("release %d leases: %w", len(leases), err)
 		}
@@ -411,6 +395,77 @@ func (s *Store) ReleaseMany(ctx context.Context, leases []Lease) error {
 		return fmt.Errorf("release %d leases: %d fenced out: %w", len(leases), stale, ErrStaleLease)
 	}
 	return nil
+}
+
+// leaseArrays are leases as releaseManySQL binds them; a lease whose id
+// and token disagree gets token -1, which matches nothing (stale counts
+// them).
+type leaseArrays struct {
+	ts, ds []string
+	ns     []int32
+	es     []int64
+	stale  int
+}
+
+func releaseArgs(leases []Lease) (leaseArrays, error) {
+	x := leaseArrays{ts: make([]string, len(leases)), ds: make([]string, len(leases)), ns: make([]int32, len(leases)), es: make([]int64, len(leases))}
+	for i, l := range leases {
+		tenant, dest, slot, token, err := ParseLeaseID(l.ID)
+		if err != nil {
+			return x, err
+		}
+		if token != l.Token {
+			x.stale++
+			token = -1
+		}
+		x.ts[i], x.ds[i], x.ns[i], x.es[i] = tenant, dest, int32(slot), token
+	}
+	return x, nil
+}
+
+// releaseManySQL frees the slots the leases still fence, notifies once per
+// pair with the number freed, and returns the ordinal (from 1) of each
+// lease it released. $1..$4: tenants, dests, slots, tokens.
+const releaseManySQL = `WITH a AS (` + asyncCommitSQL + `), x AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS x(t, d, n, e, i)
+), r AS (
+	UPDATE fairway.slots s SET expires_at = NULL, holder = NULL FROM x
+	WHERE s.tenant = x.t AND s.dest = x.d AND s.slot_no = x.n AND s.epoch = x.e AND s.expires_at IS NOT NULL
+	RETURNING s.tenant, s.dest, x.i
+), n AS (
+	SELECT pg_notify('` + NotifyChannel + `', tenant || ' ' || dest || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
+	FROM (SELECT tenant, dest, count(*) AS n FROM r GROUP BY tenant, dest) d
+) SELECT i FROM r WHERE (SELECT count(*) FROM n) + (SELECT count(*) FROM a) > 0`
+
+// releaseMany runs releaseManySQL; released[i] says lease i was released
+// by it.
+func (s *Store) releaseMany(ctx context.Context, x leaseArrays) (released []bool, err error) {
+	rows, err := s.pool.Query(ctx, releaseManySQL, x.ts, x.ds, x.ns, x.es)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	released = make([]bool, len(x.ts))
+	for rows.Next() {
+		var i int64
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		if i < 1 || int(i) > len(released) {
+			return nil, fmt.Errorf("released lease %d of %d", i, len(released))
+		}
+		released[i-1] = true
+	}
+	return released, rows.Err()
+}
+
+func count(bs []bool) (n int) {
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // InUse counts live leases of (tenant, dest).

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -49,14 +51,7 @@ func TestReleaseGrouped(t *testing.T) {
 
 	stmts0, calls0 := st.ReleaseStats()
 	// Hold first's slot row so its release (the first statement) waits.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM fairway.slots WHERE tenant = 'blocker' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	unlock := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.slots WHERE tenant = 'blocker' FOR UPDATE`)
 	var wg sync.WaitGroup
 	errs := make(map[string]error)
 	var mu sync.Mutex
@@ -69,12 +64,7 @@ func TestReleaseGrouped(t *testing.T) {
 		})
 	}
 	release(ctx, first)
-	waitFor(t, ctx, "the first release to wait on the row lock", func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n == 1
-	})
+	waitLockWaiter(t, ctx, pool)
 	// Queued one by one, so the statements' split is known.
 	queue := func(ctx context.Context, l tenancy.Lease) {
 		n := st.QueuedReleases()
@@ -89,9 +79,7 @@ func TestReleaseGrouped(t *testing.T) {
 	queue(ctx, stale)
 	cancel()
 	waitFor(t, ctx, "the cancelled release to leave the queue", func() bool { return st.QueuedReleases() == 71 })
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	wg.Wait()
 
 	if stmts, calls := st.ReleaseStats(); stmts-stmts0 != 3 || calls-calls0 != 72 {
@@ -171,6 +159,37 @@ func TestReleaseGroupedRace(t *testing.T) {
 	if calls != 640 {
 		t.Errorf("%d releases counted, want 640", calls)
 	}
+}
+
+// holdRows runs lock (a SELECT … FOR UPDATE) in a transaction and returns
+// what ends it; the test's end ends it too.
+func holdRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, lock string) (unlock func()) {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+	if _, err := tx.Exec(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitLockWaiter waits until one session of the test's database waits on
+// a lock.
+func waitLockWaiter(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+	t.Helper()
+	waitFor(t, ctx, "a statement to wait on the row lock", func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n == 1
+	})
 }
 
 func drainNotifications(t *testing.T, ch <-chan tenancy.Released, tenant string) {

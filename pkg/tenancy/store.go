@@ -80,7 +80,8 @@ type Store struct {
 	log   *slog.Logger
 	ttlUS int64 // LeaseTTL in microseconds, as bound into SQL
 
-	releases releaseGroup
+	releases   *grouper[Lease, error]
+	dispatches *grouper[dispatchArgs, dispatchResult]
 }
 
 // New returns a Store on pool.
@@ -92,7 +93,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, cfg: c, log: c.Logger, ttlUS: c.LeaseTTL.Microseconds()}, nil
+	s := &Store{pool: pool, cfg: c, log: c.Logger, ttlUS: c.LeaseTTL.Microseconds()}
+	s.releases, s.dispatches = s.newReleaseGroup(), s.newDispatchGroup()
+	return s, nil
 }
 
 // LeaseTTL is the configured lease lifetime.

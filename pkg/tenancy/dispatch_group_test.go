@@ -1,0 +1,130 @@
+package tenancy_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// TestDispatchGrouped holds the first DispatchMany's statement on its
+// cursor's row lock while calls of other pairs queue behind it, one of
+// each outcome: they go out together in one statement, and each gets what
+// it would have got alone. A second call of a pair already queued waits
+// for a later statement (in the same one it would see the cursor its
+// predecessor found, not the one it moved).
+func TestDispatchGrouped(t *testing.T) {
+	t.Parallel()
+	st, pool, _ := setup(t, &tenancy.Config{DefaultMaxSlots: 4})
+	ctx := testCtx(t)
+	const pg = tenancy.DestPostgres
+	for _, tn := range []string{"gblock", "ga", "gb", "gc", "gd", "gf"} {
+		if _, err := st.Cursor(ctx, tn, pg); err != nil { // creates the pair
+			t.Fatal(err)
+		}
+	}
+	if err := st.SetLimit(ctx, "gb", pg, 1); err != nil {
+		t.Fatal(err)
+	}
+	held := must[tenancy.Lease](t)(st.Acquire(ctx, "gb", pg, "other"))
+	if err := st.SetCursor(ctx, "gc", pg, 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetPaused(ctx, "gd", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, "gf", pg, 2); err != nil {
+		t.Fatal(err)
+	}
+	stmts0, calls0 := st.DispatchStats()
+
+	unlock := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'gblock' FOR UPDATE`)
+	type result struct {
+		leases []tenancy.Lease
+		err    error
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		got = map[string]result{}
+	)
+	dispatch := func(name, tenant string, from uint64, ranges ...tenancy.Range) {
+		wg.Go(func() {
+			ls, err := st.DispatchMany(ctx, tenant, pg, "h", from, ranges)
+			mu.Lock()
+			got[name] = result{ls, err}
+			mu.Unlock()
+		})
+	}
+	queue := func(name, tenant string, from uint64, ranges ...tenancy.Range) {
+		n := st.QueuedDispatches()
+		dispatch(name, tenant, from, ranges...)
+		waitFor(t, ctx, name+" to queue", func() bool { return st.QueuedDispatches() == n+1 })
+	}
+	dispatch("gblock", "gblock", 1, tenancy.Range{From: 1, To: 10})
+	waitLockWaiter(t, ctx, pool)
+	queue("ga", "ga", 1, tenancy.Range{From: 1, To: 10}, tenancy.Range{From: 12, To: 20})
+	queue("ga2", "ga", 21, tenancy.Range{From: 21, To: 30})
+	queue("gb", "gb", 1, tenancy.Range{From: 1, To: 10})
+	queue("gc", "gc", 1, tenancy.Range{From: 1, To: 10})
+	queue("gd", "gd", 1, tenancy.Range{From: 1, To: 10})
+	queue("ge", "ge", 1, tenancy.Range{From: 5, To: 9}) // a pair never seen
+	queue("gf", "gf", 1, tenancy.Range{From: 1, To: 2}, tenancy.Range{From: 3, To: 4}, tenancy.Range{From: 5, To: 6})
+	unlock()
+	wg.Wait()
+
+	// 1 (gblock) + 6 (ga, gb, gc, gd, ge, gf) + ga2 + ge's retry after
+	// creating its pair: 9 calls in 3 or 4 statements (ga2 and the retry
+	// may share one).
+	stmts, calls := st.DispatchStats()
+	if calls-calls0 != 9 || stmts-stmts0 < 3 || stmts-stmts0 > 4 {
+		t.Fatalf("%d calls in %d statements, want 9 in 3 or 4", calls-calls0, stmts-stmts0)
+	}
+	ranges := func(ls []tenancy.Lease) (out []tenancy.Range) {
+		for _, l := range ls {
+			out = append(out, tenancy.Range{From: l.FromSeq, To: l.ToSeq})
+		}
+		return out
+	}
+	for name, want := range map[string][]tenancy.Range{
+		"gblock": {{1, 10}}, "ga": {{1, 10}, {12, 20}}, "ga2": {{21, 30}}, "ge": {{5, 9}}, "gf": {{1, 2}, {3, 4}},
+	} {
+		r := got[name]
+		if r.err != nil || len(r.leases) != len(want) {
+			t.Errorf("%s: %v, %v; want leases %v", name, ranges(r.leases), r.err, want)
+			continue
+		}
+		for i, l := range r.leases {
+			if (tenancy.Range{From: l.FromSeq, To: l.ToSeq}) != want[i] || l.Tenant != strings.TrimSuffix(name, "2") || l.Holder != "h" {
+				t.Errorf("%s: lease %d is %+v, want range %v", name, i, l, want[i])
+			}
+		}
+	}
+	for name, want := range map[string]error{"gb": tenancy.ErrAtLimit, "gc": tenancy.ErrCursorMoved, "gd": tenancy.ErrPaused} {
+		if r := got[name]; !errors.Is(r.err, want) || r.leases != nil {
+			t.Errorf("%s: %v, %v; want %v", name, r.leases, r.err, want)
+		}
+	}
+	for tenant, want := range map[string]uint64{"ga": 31, "gb": 1, "gc": 50, "gd": 1, "ge": 10, "gf": 5} {
+		if c := must[uint64](t)(st.Cursor(ctx, tenant, pg)); c != want {
+			t.Errorf("%s: cursor %d, want %d", tenant, c, want)
+		}
+	}
+	for tenant, want := range map[string]int{"ga": 3, "gb": 1, "gc": 0, "gd": 0, "ge": 1, "gf": 2} {
+		if in := must[int](t)(st.InUse(ctx, tenant, pg)); in != want {
+			t.Errorf("%s: %d slots in use, want %d", tenant, in, want)
+		}
+	}
+	var logged int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fairway.batches WHERE tenant IN ('ga', 'gb', 'gc', 'gd', 'ge', 'gf')`).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if logged != 6 {
+		t.Errorf("%d batches logged, want 6 (ga 3, ge 1, gf 2)", logged)
+	}
+	if err := st.Release(ctx, held.ID, held.Token); err != nil {
+		t.Fatal(err)
+	}
+}

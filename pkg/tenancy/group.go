@@ -1,0 +1,156 @@
+package tenancy
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// groupTimeout bounds a grouped statement. It runs for every call in the
+// group, so no one caller's context may end it.
+const groupTimeout = 10 * time.Second
+
+// grouper combines concurrent calls of one kind (releases, dispatches) into
+// one statement, as a database's group commit combines commits: the first
+// caller runs its statement at once; calls made while a statement runs
+// queue up, and the next statement takes all of them (up to max, and never
+// two with the same key). Nobody waits for company, so a lone call costs
+// what it did alone, and under load PostgreSQL runs a fraction of the
+// statements: a statement's own cost (parse, executor start, commit) is
+// much of what a short one costs (docs/dispatcher.md, "Grouped releases
+// and dispatches").
+//
+// The queue is non-empty only while some call leads (runs a statement or
+// has been handed the lead): a leader, its statement done, hands the lead
+// to the call at the queue's head, which is then in the next statement.
+type grouper[A, R any] struct {
+	max int
+	key func(A) string // calls with one key never share a statement
+	run func(ctx context.Context, args []A) []R
+
+	mu      sync.Mutex
+	queue   []*groupCall[A, R]
+	leading bool
+	// statements and calls count what the group ran (Store.GroupStats).
+	statements, calls int
+}
+
+type groupCall[A, R any] struct {
+	arg      A
+	deadline time.Time // the caller's; zero: none
+	res      R
+	done     chan struct{} // closed when res is set
+	lead     chan struct{} // buffered: the call runs the next statement
+}
+
+// do queues arg and returns its result, whether it went out alone or with
+// others. A call whose ctx has ended, or ends while it waits in the queue,
+// returns ok false: nothing was done for it. Once a statement has taken it
+// (or it was handed the lead), it sees that statement through, within the
+// earliest deadline of the calls in it.
+func (g *grouper[A, R]) do(ctx context.Context, arg A) (res R, ok bool) {
+	if ctx.Err() != nil {
+		return res, false
+	}
+	c := &groupCall[A, R]{arg: arg, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	c.deadline, _ = ctx.Deadline()
+	g.mu.Lock()
+	g.queue = append(g.queue, c)
+	lead := !g.leading
+	g.leading = true
+	g.mu.Unlock()
+	if !lead {
+		select {
+		case <-c.done:
+			return c.res, true
+		case <-c.lead:
+		case <-ctx.Done():
+			if g.drop(c) {
+				return res, false
+			}
+			select {
+			case <-c.done:
+				return c.res, true
+			case <-c.lead:
+			}
+		}
+	}
+	g.runNext(ctx)
+	<-c.done
+	return c.res, true
+}
+
+// drop takes c out of the queue unless a statement took it or it was
+// handed the lead; it reports whether it did.
+func (g *grouper[A, R]) drop(c *groupCall[A, R]) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(c.lead) > 0 {
+		return false
+	}
+	for i, q := range g.queue {
+		if q == c {
+			g.queue = append(g.queue[:i:i], g.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// runNext runs one statement for calls from the head of the queue (the
+// caller's, at its head, among them), delivers their results and hands
+// the lead on.
+func (g *grouper[A, R]) runNext(ctx context.Context) {
+	g.mu.Lock()
+	var batch, rest []*groupCall[A, R]
+	seen := map[string]bool{}
+	for _, c := range g.queue {
+		k := ""
+		if g.key != nil {
+			k = g.key(c.arg)
+		}
+		if len(batch) == g.max || (g.key != nil && seen[k]) {
+			rest = append(rest, c)
+			continue
+		}
+		seen[k] = true
+		batch = append(batch, c)
+	}
+	g.queue = rest
+	g.statements++
+	g.calls += len(batch)
+	g.mu.Unlock()
+
+	// The statement runs on no one caller's context, but within the
+	// earliest deadline among them (and groupTimeout): a caller bounds
+	// what it waits for as it did alone.
+	args := make([]A, len(batch))
+	deadline := time.Now().Add(groupTimeout)
+	for i, c := range batch {
+		args[i] = c.arg
+		if !c.deadline.IsZero() && c.deadline.Before(deadline) {
+			deadline = c.deadline
+		}
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	res := g.run(rctx, args)
+	cancel()
+	for i, c := range batch {
+		c.res = res[i]
+		close(c.done)
+	}
+
+	g.mu.Lock()
+	if len(g.queue) > 0 {
+		g.queue[0].lead <- struct{}{}
+	} else {
+		g.leading = false
+	}
+	g.mu.Unlock()
+}
+
+func (g *grouper[A, R]) stats() (statements, calls int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.statements, g.calls
+}
