@@ -34,6 +34,15 @@ func TestParseConfig(t *testing.T) {
 	if len(c.Dispatch.Dests) != 2 || c.Dispatch.Dests[1] != "b2b:acme" || c.Dispatch.BatchSize != 100 || c.LeaseTTL != 5*time.Second {
 		t.Fatalf("config %+v", c)
 	}
+	if c.Dispatch.BatchLogRetention != 7*24*time.Hour {
+		t.Fatalf("--batch-log-retention default %v, want 168h", c.Dispatch.BatchLogRetention)
+	}
+	for arg, want := range map[string]time.Duration{"36h": 36 * time.Hour, "-1s": -time.Second} {
+		c, err := parseConfig([]string{"--batch-log-retention", arg}, func(k string) string { return env[k] })
+		if err != nil || c.Dispatch.BatchLogRetention != want {
+			t.Fatalf("--batch-log-retention %s: %v, %v", arg, c.Dispatch.BatchLogRetention, err)
+		}
+	}
 	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil {
 		t.Fatal("missing DATABASE_URL accepted")
 	}

@@ -31,6 +31,9 @@ const (
 	ReplayBatchDefault     = 100
 	ReplayLookaheadDefault = 1_000
 	HeartbeatDefault       = 2 * time.Second
+	// BatchLogRetentionDefault is the stream's default MaxAge, the replay
+	// horizon.
+	BatchLogRetentionDefault = events.StreamMaxAgeDefault
 )
 
 // Config configures a Dispatcher. The zero value plus Dests is valid.
@@ -156,6 +159,15 @@ type Config struct {
 	// each) the startup and poll scans run at once. Default 16.
 	ScanParallelism int
 
+	// BatchLogRetention is how long the batch log (fairway.batches: one row
+	// per dispatched batch, the audit trail that no range was dispatched
+	// twice) keeps a row. The dispatcher deletes older rows about once a
+	// minute, the oldest first, at most batchLogPrunePass a pass; without
+	// that the log grows by a row per work item forever. Negative: keep
+	// every row. Default 7 days (BatchLogRetentionDefault, the stream's
+	// default MaxAge).
+	BatchLogRetention time.Duration
+
 	// Stream is the events stream. Default PRODUCTS.
 	Stream string
 
@@ -191,6 +203,7 @@ func (c *Config) WithDefaults() *Config {
 	out.ReplayRate = cmp.Or(c.ReplayRate, ReplayRateDefault)
 	out.ReplayLookahead = cmp.Or(c.ReplayLookahead, ReplayLookaheadDefault)
 	out.ReplayBatch = min(cmp.Or(c.ReplayBatch, ReplayBatchDefault), out.BatchSize)
+	out.BatchLogRetention = cmp.Or(c.BatchLogRetention, BatchLogRetentionDefault)
 	out.Stream = cmp.Or(c.Stream, events.StreamName)
 	if out.Clock == nil {
 		out.Clock = time.Now

@@ -683,3 +683,47 @@ func TestDestBatchSizeConfig(t *testing.T) {
 		}
 	}
 }
+
+// The batch log keeps BatchLogRetention: a dispatcher deletes older rows
+// at start (and about once a minute), and keeps the recent ones, its own
+// included; with a negative retention it deletes none.
+func TestBatchLogPruned(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		retention time.Duration
+		deleted   int
+	}{{"retention", time.Hour, 6}, {"kept forever", -1, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, time.Minute)
+			e.tenant("acme", 1, 16, pg)
+			for i := range uint64(10) {
+				if _, err := e.st.DispatchMany(e.ctx, "acme", pg, "old", 1+i*10, []tenancy.Range{{From: 1 + i*10, To: 10 + i*10}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := e.pool.Exec(e.ctx, `UPDATE fairway.batches SET created_at = created_at - interval '2 hours'
+				WHERE id IN (SELECT id FROM fairway.batches ORDER BY id LIMIT 6)`); err != nil {
+				t.Fatal(err)
+			}
+			d := e.start(&dispatch.Config{Dests: []string{pg}, BatchLogRetention: tc.retention, RecoverInterval: 50 * time.Millisecond}, nil)
+			rows := func() (n int) {
+				if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM fairway.batches`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			// The first recovery pass, at start, prunes (the "old"
+			// holder's leases are not due yet: the lease TTL is a minute).
+			if tc.deleted > 0 {
+				e.waitFor("the old rows pruned", func() bool { return d.Pruned() == float64(tc.deleted) })
+			} else {
+				time.Sleep(300 * time.Millisecond)
+			}
+			if n := rows(); n != 10-tc.deleted || d.Pruned() != float64(tc.deleted) {
+				t.Fatalf("%d rows left, %.0f pruned; want %d left", n, d.Pruned(), 10-tc.deleted)
+			}
+		})
+	}
+}

@@ -58,3 +58,6 @@ var Owner = owner
 func (d *Dispatcher) Wakeups(source string) float64 {
 	return testutil.ToFloat64(d.m.wakeups.WithLabelValues(source))
 }
+
+// Pruned returns how many batch-log rows d deleted.
+func (d *Dispatcher) Pruned() float64 { return testutil.ToFloat64(d.m.pruned) }

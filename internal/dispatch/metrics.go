@@ -21,6 +21,7 @@ type metrics struct {
 	replayed   *prometheus.CounterVec   // dest: events dispatched again for a replay
 	throttled  *prometheus.CounterVec   // dest: grants a replay's rate held back
 	read       *prometheus.CounterVec   // dest: events read from PRODUCTS to cut grants
+	pruned     prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
 	scanSecond prometheus.Histogram
 	members    prometheus.Gauge // dispatchers alive at the last heartbeat
 	feeds      prometheus.Gauge // replay feeds running
@@ -65,13 +66,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replay_throttled_total", Help: "Grants of a replaying tenant held back by the replay's rate, by destination."}, []string{"dest"}),
 		read: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "read_events_total", Help: "Events the dispatcher read from PRODUCTS (with headers) to cut grants its index could not, by destination."}, []string{"dest"}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "batch_log_pruned_total", Help: "Rows of the batch log (fairway.batches) deleted as older than the retention (--batch-log-retention)."}),
 		scanSecond: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "scan_seconds", Help: "Duration of a full backlog scan.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
 		feeds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "replay_feeds", Help: "Replay feeds running: one consumer of PRODUCTS per (tenant, destination) this dispatcher is replaying, which learns the replayed events' sequences and store times."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.read, m.scanSecond, m.members, m.feeds} {
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.read, m.pruned, m.scanSecond, m.members, m.feeds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

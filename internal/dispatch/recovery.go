@@ -21,13 +21,47 @@ const recoverBatch = 256
 func (d *Dispatcher) recoverLoop(ctx, workCtx context.Context) {
 	t := time.NewTicker(d.cfg.RecoverInterval)
 	defer t.Stop()
+	var pruned time.Time
 	for {
 		d.recoverOnce(workCtx)
+		if d.cfg.BatchLogRetention > 0 && time.Since(pruned) >= batchLogPruneEvery {
+			pruned = time.Now()
+			d.pruneBatchLog(workCtx)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-d.recoverKick:
+		}
+	}
+}
+
+// The batch log is pruned about every batchLogPruneEvery, in statements of
+// batchLogPruneChunk rows, at most batchLogPrunePass rows a pass: a log
+// that fell far behind (retention shortened, pruning off for a while)
+// shrinks over several passes rather than in one long delete.
+const (
+	batchLogPruneEvery = time.Minute
+	batchLogPruneChunk = 10_000
+	batchLogPrunePass  = 100_000
+)
+
+// pruneBatchLog deletes batch-log rows older than BatchLogRetention.
+func (d *Dispatcher) pruneBatchLog(ctx context.Context) {
+	for done := 0; done < batchLogPrunePass && ctx.Err() == nil; {
+		n, err := d.st.PruneBatches(ctx, d.cfg.BatchLogRetention, batchLogPruneChunk)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("pruning the batch log failed", "err", err)
+				d.m.errors.WithLabelValues("", "prune").Inc()
+			}
+			return
+		}
+		d.m.pruned.Add(float64(n))
+		done += n
+		if n < batchLogPruneChunk {
+			return
 		}
 	}
 }
