@@ -119,7 +119,14 @@ func TestRedispatch(t *testing.T) {
 	}
 	waitExpired(ctx, t, pool, dead)
 	// The slot is taken by a new batch: the orphan must wait (limit 1).
-	live, err := st.Dispatch(ctx, "acme", pg, "alive", 11, 20)
+	// Its lease lasts a minute, not recoverTTL: on a loaded machine the
+	// sweep below took longer than 200 ms, the new lease expired too, and
+	// the redispatch found the slot free (seen once in CI).
+	long, err := tenancy.New(pool, &tenancy.Config{LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := long.Dispatch(ctx, "acme", pg, "alive", 11, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
