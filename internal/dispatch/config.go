@@ -161,8 +161,8 @@ type Config struct {
 
 	// BatchLogRetention is how long the batch log (fairway.batches: one row
 	// per dispatched batch, the audit trail that no range was dispatched
-	// twice) keeps a row. The dispatcher deletes older rows about once a
-	// minute, the oldest first, at most batchLogPrunePass a pass; without
+	// twice) keeps a row. The dispatcher deletes older rows at start and
+	// about once a minute, the oldest first, at most 100,000 a pass; without
 	// that the log grows by a row per work item forever. Negative: keep
 	// every row. Default 7 days (BatchLogRetentionDefault, the stream's
 	// default MaxAge).

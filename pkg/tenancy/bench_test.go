@@ -226,28 +226,42 @@ func BenchmarkBareCounter(b *testing.B) {
 	}
 }
 
+// backendCPU opens a one-connection Store on a fresh database and returns
+// it with a reading of the CPU time its backend has used (from
+// /proc/<pid>/stat, so the database must run on this machine).
+func backendCPU(b *testing.B, maxSlots int) (*tenancy.Store, func() time.Duration) {
+	b.Helper()
+	_, _, dsn := setup(b, &tenancy.Config{DefaultMaxSlots: maxSlots})
+	pool := newPool(b, dsn, 1)
+	st, err := tenancy.New(pool, &tenancy.Config{DefaultMaxSlots: maxSlots})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pid int
+	if err := pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	return st, func() time.Duration {
+		used, _, err := testenv.ProcessCPU(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return used
+	}
+}
+
 // BenchmarkReleaseCPU measures what a release costs PostgreSQL: the CPU
-// time of the one backend serving the Store's one connection (from
-// /proc/<pid>/stat, so the database must run on this machine), per slot
-// released by Release one at a time (group=1, the statement Release runs
-// alone) and by ReleaseMany of 4 and 16 leases of as many tenants, as
-// Release sends the calls that queued while a statement ran. Reported:
-// backend_us/release. /proc counts in ticks of 10 ms: run enough
+// time of the one backend serving the Store's one connection (backendCPU),
+// per slot released by Release one at a time (group=1, the statement
+// Release runs alone) and by ReleaseMany of 4 and 16 leases of as many
+// tenants, as Release sends the calls that queued while a statement ran.
+// Reported: backend_us/release. /proc counts in ticks of 10 ms: run enough
 // iterations (-benchtime 2000x) for the figure to settle.
 func BenchmarkReleaseCPU(b *testing.B) {
 	for _, group := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("group=%d", group), func(b *testing.B) {
-			_, _, dsn := setup(b, &tenancy.Config{DefaultMaxSlots: 1})
-			pool := newPool(b, dsn, 1)
-			st, err := tenancy.New(pool, &tenancy.Config{DefaultMaxSlots: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
+			st, cpu := backendCPU(b, 1)
 			ctx := context.Background()
-			var pid int
-			if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-				b.Fatal(err)
-			}
 			reqs := make([]tenancy.AcquireRequest, group)
 			for i := range reqs {
 				reqs[i] = tenancy.AcquireRequest{Tenant: tenantName(i), Dest: tenancy.DestPostgres, Holder: "bench"}
@@ -259,10 +273,7 @@ func BenchmarkReleaseCPU(b *testing.B) {
 				if err != nil || len(ls) != group {
 					b.Fatalf("acquired %d of %d: %v", len(ls), group, err)
 				}
-				c0, _, err := testenv.ProcessCPU(pid)
-				if err != nil {
-					b.Fatal(err)
-				}
+				c0 := cpu()
 				if group == 1 {
 					err = st.Release(ctx, ls[0].ID, ls[0].Token)
 				} else {
@@ -271,13 +282,62 @@ func BenchmarkReleaseCPU(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				c1, _, err := testenv.ProcessCPU(pid)
+				used += cpu() - c0
+			}
+			b.ReportMetric(float64(used.Microseconds())/float64(b.N*group), "backend_us/release")
+		})
+	}
+}
+
+// BenchmarkDispatchCPU measures what a DispatchMany costs PostgreSQL, as
+// BenchmarkReleaseCPU does a release: per call of one 10-event range,
+// alone (group=1: dispatchSQL) and 2, 4 and 8 calls of different tenants
+// in one statement (dispatchGroupSQL, as DispatchMany sends the calls that
+// queue while a statement runs), among 200 known tenants. Reported:
+// backend_us/dispatch. Run -benchtime 500x or more.
+func BenchmarkDispatchCPU(b *testing.B) {
+	st, cpu := backendCPU(b, 4)
+	ctx := context.Background()
+	for i := range 200 { // tables of a realistic size
+		if _, err := st.Cursor(ctx, tenantName(i), tenancy.DestPostgres); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for gi, group := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("group=%d", group), func(b *testing.B) {
+			tenants, from := make([]string, group), make([]uint64, group)
+			for i := range tenants {
+				tenants[i] = tenantName(gi*10 + i)
+				c, err := st.Cursor(ctx, tenants[i], tenancy.DestPostgres) // where the last run left it
 				if err != nil {
 					b.Fatal(err)
 				}
-				used += c1 - c0
+				from[i] = c
 			}
-			b.ReportMetric(float64(used.Microseconds())/float64(b.N*group), "backend_us/release")
+			calls := make([]tenancy.DispatchCall, group)
+			var used time.Duration
+			b.ResetTimer()
+			for range b.N {
+				for i, t := range tenants {
+					calls[i] = tenancy.NewDispatchCall(t, tenancy.DestPostgres, "bench", from[i], []tenancy.Range{{From: from[i], To: from[i] + 9}})
+				}
+				c0 := cpu()
+				leases, err := st.DispatchStatement(ctx, calls)
+				if err != nil {
+					b.Fatal(err)
+				}
+				used += cpu() - c0
+				for i, ls := range leases {
+					if len(ls) != 1 {
+						b.Fatalf("%s: %d leases, want 1", tenants[i], len(ls))
+					}
+					if err := st.Release(ctx, ls[0].ID, ls[0].Token); err != nil {
+						b.Fatal(err)
+					}
+					from[i] += 10
+				}
+			}
+			b.ReportMetric(float64(used.Microseconds())/float64(b.N*group), "backend_us/dispatch")
 		})
 	}
 }

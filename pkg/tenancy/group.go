@@ -102,18 +102,26 @@ func (g *grouper[A, R]) drop(c *groupCall[A, R]) bool {
 // the lead on.
 func (g *grouper[A, R]) runNext(ctx context.Context) {
 	g.mu.Lock()
-	var batch, rest []*groupCall[A, R]
-	seen := map[string]bool{}
+	var (
+		batch, rest []*groupCall[A, R]
+		seen        map[string]bool // keys in batch; nil without g.key
+	)
+	if g.key != nil {
+		seen = map[string]bool{}
+	}
 	for _, c := range g.queue {
-		k := ""
-		if g.key != nil {
-			k = g.key(c.arg)
-		}
-		if len(batch) == g.max || (g.key != nil && seen[k]) {
+		if len(batch) == g.max {
 			rest = append(rest, c)
 			continue
 		}
-		seen[k] = true
+		if seen != nil {
+			k := g.key(c.arg)
+			if seen[k] {
+				rest = append(rest, c)
+				continue
+			}
+			seen[k] = true
+		}
 		batch = append(batch, c)
 	}
 	g.queue = rest
