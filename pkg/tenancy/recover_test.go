@@ -41,6 +41,13 @@ func TestOrphanRecordedWhateverEndsTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	const pg = tenancy.DestPostgres
+	st, pool, _ := setup(t, &tenancy.Config{LeaseTTL: recoverTTL})
+	// The live leases below last a minute: a release 200 ms late on a
+	// loaded machine would be an orphan (the same database, another TTL).
+	long, err := tenancy.New(pool, &tenancy.Config{LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
 		end        func(st *tenancy.Store, l tenancy.Lease) error
 		wantOrphan bool
@@ -55,14 +62,15 @@ func TestOrphanRecordedWhateverEndsTheLease(t *testing.T) {
 			return err
 		}, true},
 		"late release": {func(st *tenancy.Store, l tenancy.Lease) error { return st.Release(ctx, l.ID, l.Token) }, true},
-		"extend then release": {func(st *tenancy.Store, l tenancy.Lease) error {
-			if _, err := st.Extend(ctx, l); err != nil {
+		"extend then release": {func(_ *tenancy.Store, l tenancy.Lease) error {
+			// Extended by a minute (long), not recoverTTL: the release
+			// must come in time however slow the machine is.
+			if _, err := long.Extend(ctx, l); err != nil {
 				return err
 			}
-			return st.Release(ctx, l.ID, l.Token)
+			return long.Release(ctx, l.ID, l.Token)
 		}, false},
 	}
-	st, pool, _ := setup(t, &tenancy.Config{LeaseTTL: recoverTTL})
 	i := 0
 	for name, tc := range cases {
 		i++
@@ -89,14 +97,14 @@ func TestOrphanRecordedWhateverEndsTheLease(t *testing.T) {
 		}
 	}
 	// A live lease released in time leaves no orphan.
-	l, err := st.Dispatch(ctx, "live", pg, "h", 1, 3)
+	l, err := long.Dispatch(ctx, "live", pg, "h", 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Extend(ctx, l); err != nil {
+	if _, err := long.Extend(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Release(ctx, l.ID, l.Token); err != nil {
+	if err := long.Release(ctx, l.ID, l.Token); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range orphansOf(ctx, t, st) {
