@@ -171,7 +171,7 @@ func (it Item) Msg() (*nats.Msg, error) {
 	if err := it.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(it)
+	b, err := json.Marshal(it.wire())
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +183,12 @@ func (it Item) Msg() (*nats.Msg, error) {
 
 // Decode reads an Item from a WORK message body and validates it.
 func Decode(data []byte) (Item, error) {
-	var it Item
-	if err := json.Unmarshal(data, &it); err != nil {
+	var w wireItem
+	if err := json.Unmarshal(data, &w); err != nil {
+		return Item{}, fmt.Errorf("%w: %v", ErrInvalidItem, err)
+	}
+	it, err := w.item()
+	if err != nil {
 		return it, fmt.Errorf("%w: %v", ErrInvalidItem, err)
 	}
 	return it, it.Validate()
