@@ -1,0 +1,144 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/ingest"
+)
+
+// Graceful shutdown, as cmd/ingest runs it (bootstrap.Serve): once it
+// begins no new connection is accepted, a request already being read is
+// read to its end, its events are published, and it is answered after
+// JetStream acknowledged every one of them; then Serve returns.
+func TestShutdownFinishesRequestsInFlight(t *testing.T) {
+	t.Parallel()
+	f := setup(t, ingest.Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	hs := bootstrap.HTTPServer(f.srv.Handler(), quietLogger())
+	active := make(chan struct{}, 1)
+	hs.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateActive {
+			select {
+			case active <- struct{}{}:
+			default:
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- bootstrap.Serve(ctx, hs, ln, 30*time.Second) }()
+
+	// A request whose body arrives in two halves, shutdown in between.
+	const n = 100
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = ev("p"+string(rune('a'+i%26))+strings.Repeat("x", i), 1)
+	}
+	body, w := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/tenants/acme/events", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+f.tokens["acme"])
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	type answer struct {
+		resp *http.Response
+		body []byte
+		err  error
+	}
+	answered := make(chan answer, 1)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	go func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answered <- answer{resp, b, err}
+	}()
+	if _, err := io.WriteString(w, strings.Join(lines[:n/2], "\n")+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-active:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request never reached the server")
+	}
+
+	cancel() // shutdown begins with the request half read
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			break // no longer accepting
+		}
+		switch {
+		case err == nil:
+			c.Close()
+		case !errors.Is(err, syscall.ECONNRESET): // reset: queued as the listener closed
+			t.Fatalf("dial during shutdown: %v, want connection refused", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections 10 s after shutdown began")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned with a request in flight: %v", err)
+	default:
+	}
+
+	if _, err := io.WriteString(w, strings.Join(lines[n/2:], "\n")+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	var a answer
+	select {
+	case a = <-answered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request in flight was never answered")
+	}
+	if a.err != nil {
+		t.Fatalf("request in flight: %v", a.err)
+	}
+	if a.resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d: %s", a.resp.StatusCode, a.body)
+	}
+	r := decode(t, a.body)
+	if r.Accepted != n || len(r.Results) != n {
+		t.Fatalf("accepted %d with %d results, want %d: %s", r.Accepted, len(r.Results), n, a.body)
+	}
+	for i, res := range r.Results {
+		if res.Error != "" || res.Seq == 0 {
+			t.Fatalf("line %d: %+v", i+1, res)
+		}
+	}
+	if got := f.msgs(t); got != n {
+		t.Fatalf("stream holds %d events, want %d", got, n)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return after the last request was answered")
+	}
+}
