@@ -146,6 +146,7 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 				switch {
 				case pr.Err != nil && errors.Is(pr.Err, events.ErrInvalidEvent):
 					r.addError(j, lines[i], fmt.Sprintf("line %d: %v", lines[i], pr.Err))
+					s.metrics.ImportRows.WithLabelValues("rejected").Inc()
 				case pr.Err != nil:
 					// JetStream did not take it: the import cannot go on
 					// without losing rows, so it stops here. Progress up

@@ -108,7 +108,17 @@ func (s *Server) routes() {
 }
 
 // Handler returns the HTTP handler of the service.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The mux would answer /v1/tenants//events with a redirect to
+		// the cleaned path; an empty tenant id is a bad request.
+		if strings.HasPrefix(r.URL.Path, "/v1/tenants//") {
+			writeError(w, http.StatusBadRequest, "invalid_tenant", events.ValidateTenant("").Error())
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
 
 // Start resumes this node's unfinished imports and starts the import
 // workers. It returns at once.

@@ -295,6 +295,8 @@ func TestRejectedRequests(t *testing.T) {
 		{"gt tenant", "/v1/tenants/%3E/events", f.admin, "application/x-ndjson", good, 400, "tenant"},
 		{"upper-case tenant", "/v1/tenants/A/events", f.admin, "application/x-ndjson", good, 400, "tenant"},
 		{"space in tenant", "/v1/tenants/a%20b/events", f.admin, "application/x-ndjson", good, 400, "tenant"},
+		{"empty tenant", "/v1/tenants//events", f.admin, "application/x-ndjson", good, 400, "tenant"},
+		{"empty tenant, import", "/v1/tenants//imports", f.admin, "text/csv", strings.NewReader("product_id,version\np,1\n"), 400, "tenant"},
 		{"no token", "/v1/tenants/acme/events", "", "application/x-ndjson", good, 401, "bearer"},
 		{"wrong token", "/v1/tenants/acme/events", "fw_not-a-real-token", "application/x-ndjson", good, 401, "token"},
 		{"token of another tenant", "/v1/tenants/acme/events", f.tokens["globex"], "application/x-ndjson", good, 403, "acme"},
@@ -395,6 +397,12 @@ func TestCSVImportWithBadRows(t *testing.T) {
 	if j.StartedAt == nil || j.FinishedAt == nil {
 		t.Fatalf("times not set: %+v", j)
 	}
+	_, metrics := f.get(t, "/metrics", "")
+	for _, want := range []string{`fairway_ingest_import_rows_total{result="accepted"} 5`, `fairway_ingest_import_rows_total{result="rejected"} 5`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	// Another tenant cannot see the job; the admin can.
 	if resp, _ := f.get(t, "/v1/imports/"+acc.ID, f.tokens["globex"]); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("other tenant got %d, want 404", resp.StatusCode)
@@ -441,14 +449,19 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 	t.Parallel()
 	f := setup(t, ingest.Config{})
 	f.post(t, "/v1/tenants/acme/events", f.tokens["acme"], "application/x-ndjson", ndjson(ev("p", 1), `{"bad":1}`))
-	for path, want := range map[string]string{
-		"/healthz": `"ok"`,
-		"/readyz":  `"jetstream":"ok"`,
-		"/metrics": `fairway_ingest_events_total{result="rejected"} 1`,
+	f.post(t, "/v1/tenants/acme/events", f.tokens["acme"], "application/x-ndjson", ndjson(ev("p", 1), ev("q", 1))) // p again: a duplicate
+	for _, c := range []struct{ path, want string }{
+		{"/healthz", `"ok"`},
+		{"/readyz", `"jetstream":"ok"`},
+		{"/readyz", `"postgres":"ok"`},
+		{"/metrics", `fairway_ingest_events_total{result="accepted"} 2`},
+		{"/metrics", `fairway_ingest_events_total{result="duplicate"} 1`},
+		{"/metrics", `fairway_ingest_events_total{result="rejected"} 1`},
+		{"/metrics", `fairway_ingest_publish_seconds_count 2`}, // one per request's publish
 	} {
-		resp, b := f.get(t, path, "")
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
-			t.Errorf("%s: %d, want body containing %s; got %.300s", path, resp.StatusCode, want, b)
+		resp, b := f.get(t, c.path, "")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s: %d, want body containing %s; got %.300s", c.path, resp.StatusCode, c.want, b)
 		}
 	}
 }
