@@ -18,6 +18,10 @@
 #
 # FAIRWAY_PRIVATE_SERVICES=1 skips step 2. scripts/stop-services.sh stops the
 # private servers. System services are never started, stopped or configured.
+#
+# Quiet when all is well: it prints what it installs or starts, warnings and
+# errors; which servers it found is printed only with
+# FAIRWAY_SERVICES_VERBOSE=1 (and is in .dev/services.env).
 set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -38,6 +42,7 @@ CH_INTERSERVER_FIRST=29009
 WAIT_SECONDS=60
 
 say() { printf '%s\n' "$*"; }
+info() { if [[ ${FAIRWAY_SERVICES_VERBOSE:-} == 1 ]]; then say "$@"; fi; }
 warn() { printf 'dev-services: %s\n' "$*" >&2; }
 die() {
 	printf 'dev-services: %s\n' "$*" >&2
@@ -196,7 +201,7 @@ setup_postgres() {
 			die "DATABASE_URL=$(redact "$DATABASE_URL") does not answer: ${pg_err}
 Fix DATABASE_URL or unset it to use (or start) a local server."
 		PG_URL=$DATABASE_URL
-		say "postgres: using DATABASE_URL $(redact "$PG_URL")"
+		info "postgres: using DATABASE_URL $(redact "$PG_URL")"
 		return
 	fi
 
@@ -209,13 +214,13 @@ Fix DATABASE_URL or unset it to use (or start) a local server."
 	if [[ -z $FORCE_PRIVATE && -n $default_listening ]]; then
 		if pg_ok "$PG_DEFAULT_URL"; then
 			PG_URL=$PG_DEFAULT_URL
-			say "postgres: using 127.0.0.1:5432"
+			info "postgres: using 127.0.0.1:5432"
 			return
 		fi
 		why=" (127.0.0.1:5432 refused us: ${pg_err%%$'\n'*})"
 	fi
 	start_private_postgres
-	say "postgres: $PG_HOW on 127.0.0.1:${PG_PORT}${PG_NOTE}${why}"
+	if [[ $PG_HOW == started* || -n $why ]]; then say "postgres: $PG_HOW on 127.0.0.1:${PG_PORT}${PG_NOTE}${why}"; else info "postgres: $PG_HOW on 127.0.0.1:${PG_PORT}${PG_NOTE}${why}"; fi
 }
 
 start_private_postgres() {
@@ -340,7 +345,7 @@ Fix CLICKHOUSE_ADDR (the native port, not HTTP 8123) or unset it to use (or star
 			fi
 			http_ok "$CH_HTTP" || warn "guessed CLICKHOUSE_HTTP=$CH_HTTP does not answer; set CLICKHOUSE_HTTP if you need the HTTP interface"
 		fi
-		say "clickhouse: using CLICKHOUSE_ADDR $CH_ADDR"
+		info "clickhouse: using CLICKHOUSE_ADDR $CH_ADDR"
 		return
 	fi
 
@@ -352,13 +357,13 @@ Fix CLICKHOUSE_ADDR (the native port, not HTTP 8123) or unset it to use (or star
 		if ch_ok 127.0.0.1 9000; then
 			CH_ADDR=127.0.0.1:9000 CH_HTTP=http://127.0.0.1:8123
 			http_ok "$CH_HTTP" || warn "ClickHouse on 127.0.0.1:9000 has no HTTP interface on 8123; CLICKHOUSE_HTTP will not answer"
-			say "clickhouse: using 127.0.0.1:9000"
+			info "clickhouse: using 127.0.0.1:9000"
 			return
 		fi
 		why=" (127.0.0.1:9000 is not a ClickHouse we can use: ${ch_err:0:120})"
 	fi
 	start_private_clickhouse
-	say "clickhouse: $CH_HOW on ${CH_ADDR}${why}"
+	if [[ $CH_HOW == started* || -n $why ]]; then say "clickhouse: $CH_HOW on ${CH_ADDR}${why}"; else info "clickhouse: $CH_HOW on ${CH_ADDR}${why}"; fi
 }
 
 start_private_clickhouse() {
