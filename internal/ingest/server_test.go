@@ -334,7 +334,12 @@ func TestAdminTokenMayPublishForAnyTenantAndCreatesIt(t *testing.T) {
 
 func (f *fixture) waitImport(t *testing.T, id, token string) ingest.ImportJob {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	return f.waitImportFor(t, id, token, time.Minute)
+}
+
+func (f *fixture) waitImportFor(t *testing.T, id, token string, wait time.Duration) ingest.ImportJob {
+	t.Helper()
+	deadline := time.Now().Add(wait)
 	for {
 		resp, b := f.get(t, "/v1/imports/"+id, token)
 		if resp.StatusCode != http.StatusOK {
@@ -348,10 +353,20 @@ func (f *fixture) waitImport(t *testing.T, id, token string) ingest.ImportJob {
 			return j
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("import %s not finished after 60s: %+v", id, j)
+			t.Fatalf("import %s not finished after %v: %+v", id, wait, j)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// importID reads the id from an import's 202 body.
+func importID(t *testing.T, body []byte) string {
+	t.Helper()
+	var acc ingest.ImportAccepted
+	if err := json.Unmarshal(body, &acc); err != nil || acc.ID == "" {
+		t.Fatalf("accepted body %s: %v", body, err)
+	}
+	return acc.ID
 }
 
 func TestCSVImportWithBadRows(t *testing.T) {
