@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,7 +33,10 @@ type fixture struct {
 	admin  string
 }
 
-func setup(t testing.TB, cfg ingest.Config) *fixture {
+func setup(t testing.TB, cfg ingest.Config) *fixture { return setupDeps(t, cfg, nil) }
+
+// setupDeps is setup with a last say on the server's dependencies.
+func setupDeps(t testing.TB, cfg ingest.Config, change func(*ingest.Deps)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	pool, dsn := testenv.NewPool(t)
@@ -61,8 +65,11 @@ func setup(t testing.TB, cfg ingest.Config) *fixture {
 	}
 	cfg.Node = "test-node"
 	cfg.Logger = quietLogger()
-	srv, err := ingest.New(ingest.Deps{Publisher: pub, Tenants: store, Pool: pool,
-		Ready: ingest.DefaultChecks(js, pool, events.StreamName)}, &cfg)
+	deps := ingest.Deps{Publisher: pub, Tenants: store, Pool: pool, Ready: ingest.DefaultChecks(js, pool, events.StreamName)}
+	if change != nil {
+		change(&deps)
+	}
+	srv, err := ingest.New(deps, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,6 +464,38 @@ func TestCSVImportFailures(t *testing.T) {
 	}
 	if resp, b := f.post(t, "/v1/tenants/acme/imports", f.tokens["acme"], "application/json", strings.NewReader("{}")); resp.StatusCode != http.StatusUnsupportedMediaType {
 		t.Fatalf("import as json: %d %s", resp.StatusCode, b)
+	}
+}
+
+// A failing readiness check makes /readyz answer 503 naming it, while
+// /healthz (the process is alive) stays 200.
+func TestNotReady(t *testing.T) {
+	t.Parallel()
+	f := setupDeps(t, ingest.Config{}, func(d *ingest.Deps) {
+		d.Ready["postgres"] = func(context.Context) error { return errors.New("connection refused") }
+	})
+	resp, b := f.get(t, "/readyz", "")
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"postgres":"connection refused"`) ||
+		!strings.Contains(string(b), `"jetstream":"ok"`) {
+		t.Fatalf("/readyz: %d %s, want 503 naming postgres", resp.StatusCode, b)
+	}
+	if resp, b := f.get(t, "/healthz", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %d %s", resp.StatusCode, b)
+	}
+}
+
+// A CSV upload over MaxImportBytes is refused with 413 and starts no job.
+func TestImportTooLarge(t *testing.T) {
+	t.Parallel()
+	f := setup(t, ingest.Config{MaxImportBytes: 1 << 10})
+	csv := "product_id,version\n" + strings.Repeat("p,1\n", 400) // 1.6 KB
+	resp, b := f.post(t, "/v1/tenants/acme/imports", f.tokens["acme"], "text/csv", strings.NewReader(csv))
+	var e struct{ Error string }
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error, "1024") {
+		t.Fatalf("status %d %s, want 413 naming the 1024-byte limit", resp.StatusCode, b)
+	}
+	if n := f.msgs(t); n != 0 {
+		t.Fatalf("stream holds %d events after a refused upload", n)
 	}
 }
 
