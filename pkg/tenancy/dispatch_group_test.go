@@ -1,6 +1,7 @@
 package tenancy_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -126,5 +127,88 @@ func TestDispatchGrouped(t *testing.T) {
 	}
 	if err := st.Release(ctx, held.ID, held.Token); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDispatchGroupedDeadlockFallsBack: when PostgreSQL aborts a grouped
+// dispatch statement (here a deadlock with another transaction), each of
+// its calls runs alone and gets its leases; none sees the statement's
+// error. The grouped statement for dx and dy locks both pairs' free slots,
+// then waits on dx's cursor, which another transaction holds; that
+// transaction then asks for dy's slot. The statement waited first, so its
+// backend's deadlock check (after deadlock_timeout, 1 s by default) finds
+// the cycle and aborts it; the other transaction gets the slot and
+// commits, and the calls, alone, find everything free.
+func TestDispatchGroupedDeadlockFallsBack(t *testing.T) {
+	t.Parallel()
+	st, pool, _ := setup(t, &tenancy.Config{DefaultMaxSlots: 1})
+	ctx := testCtx(t)
+	const pg = tenancy.DestPostgres
+	for _, tn := range []string{"dblock", "dx", "dy"} {
+		if _, err := st.Cursor(ctx, tn, pg); err != nil { // creates the pair
+			t.Fatal(err)
+		}
+	}
+	unlockFirst := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'dblock' FOR UPDATE`)
+	type result struct {
+		leases []tenancy.Lease
+		err    error
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		got = map[string]result{}
+	)
+	dispatch := func(tenant string) {
+		wg.Go(func() {
+			ls, err := st.DispatchMany(ctx, tenant, pg, "h", 1, []tenancy.Range{{From: 1, To: 10}})
+			mu.Lock()
+			got[tenant] = result{ls, err}
+			mu.Unlock()
+		})
+	}
+	dispatch("dblock")
+	waitLockWaiter(t, ctx, pool)
+	for i, tn := range []string{"dx", "dy"} {
+		dispatch(tn)
+		waitFor(t, ctx, tn+" to queue", func() bool { return st.QueuedDispatches() == i+1 })
+	}
+
+	// The other transaction holds dx's cursor; the first statement ends
+	// and the grouped one (dx, dy) waits on that cursor.
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := other.Exec(ctx, `SELECT 1 FROM fairway.cursors WHERE tenant = 'dx' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	unlockFirst()
+	waitLockWaiter(t, ctx, pool)
+	// Now it asks for dy's slot, which the grouped statement has locked.
+	if _, err := other.Exec(ctx, `SELECT 1 FROM fairway.slots WHERE tenant = 'dy' AND slot_no = 0 FOR UPDATE`); err != nil {
+		t.Fatalf("the other transaction lost the deadlock (%v): the grouped statement was not the one aborted", err)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	for _, tn := range []string{"dblock", "dx", "dy"} {
+		r := got[tn]
+		if r.err != nil || len(r.leases) != 1 || r.leases[0].Tenant != tn || r.leases[0].FromSeq != 1 || r.leases[0].ToSeq != 10 {
+			t.Errorf("%s: %+v, %v; want one lease for 1..10", tn, r.leases, r.err)
+		}
+		if c := must[uint64](t)(st.Cursor(ctx, tn, pg)); c != 11 {
+			t.Errorf("%s: cursor %d, want 11", tn, c)
+		}
+	}
+	var logged int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fairway.batches WHERE tenant IN ('dx', 'dy')`).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if logged != 2 {
+		t.Errorf("%d batches logged for dx and dy, want 2 (the aborted statement logged nothing)", logged)
 	}
 }
