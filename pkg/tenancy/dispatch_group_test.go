@@ -42,23 +42,8 @@ func TestDispatchGrouped(t *testing.T) {
 	stmts0, calls0 := st.DispatchStats()
 
 	unlock := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'gblock' FOR UPDATE`)
-	type result struct {
-		leases []tenancy.Lease
-		err    error
-	}
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
-		got = map[string]result{}
-	)
-	dispatch := func(name, tenant string, from uint64, ranges ...tenancy.Range) {
-		wg.Go(func() {
-			ls, err := st.DispatchMany(ctx, tenant, pg, "h", from, ranges)
-			mu.Lock()
-			got[name] = result{ls, err}
-			mu.Unlock()
-		})
-	}
+	ds := newDispatches(ctx, st)
+	dispatch, got := ds.start, ds.got
 	queue := func(name, tenant string, from uint64, ranges ...tenancy.Range) {
 		n := st.QueuedDispatches()
 		dispatch(name, tenant, from, ranges...)
@@ -74,7 +59,7 @@ func TestDispatchGrouped(t *testing.T) {
 	queue("ge", "ge", 1, tenancy.Range{From: 5, To: 9}) // a pair never seen
 	queue("gf", "gf", 1, tenancy.Range{From: 1, To: 2}, tenancy.Range{From: 3, To: 4}, tenancy.Range{From: 5, To: 6})
 	unlock()
-	wg.Wait()
+	ds.wait()
 
 	// 1 (gblock) + 6 (ga, gb, gc, gd, ge, gf) + ga2 + ge's retry after
 	// creating its pair: 9 calls in 3 or 4 statements (ga2 and the retry
@@ -150,23 +135,8 @@ func TestDispatchGroupedDeadlockFallsBack(t *testing.T) {
 		}
 	}
 	unlockFirst := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'dblock' FOR UPDATE`)
-	type result struct {
-		leases []tenancy.Lease
-		err    error
-	}
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
-		got = map[string]result{}
-	)
-	dispatch := func(tenant string) {
-		wg.Go(func() {
-			ls, err := st.DispatchMany(ctx, tenant, pg, "h", 1, []tenancy.Range{{From: 1, To: 10}})
-			mu.Lock()
-			got[tenant] = result{ls, err}
-			mu.Unlock()
-		})
-	}
+	calls := newDispatches(ctx, st)
+	dispatch := func(tenant string) { calls.start(tenant, tenant, 1, tenancy.Range{From: 1, To: 10}) }
 	dispatch("dblock")
 	waitLockWaiter(t, ctx, pool)
 	for i, tn := range []string{"dx", "dy"} {
@@ -193,10 +163,10 @@ func TestDispatchGroupedDeadlockFallsBack(t *testing.T) {
 	if err := other.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	calls.wait()
 
 	for _, tn := range []string{"dblock", "dx", "dy"} {
-		r := got[tn]
+		r := calls.got[tn]
 		if r.err != nil || len(r.leases) != 1 || r.leases[0].Tenant != tn || r.leases[0].FromSeq != 1 || r.leases[0].ToSeq != 10 {
 			t.Errorf("%s: %+v, %v; want one lease for 1..10", tn, r.leases, r.err)
 		}
@@ -212,3 +182,34 @@ func TestDispatchGroupedDeadlockFallsBack(t *testing.T) {
 		t.Errorf("%d batches logged for dx and dy, want 2 (the aborted statement logged nothing)", logged)
 	}
 }
+
+// dispatches runs DispatchMany calls of destination postgres and holder
+// "h" in goroutines and keeps each outcome under the name it was started
+// with; read got after wait.
+type dispatches struct {
+	ctx context.Context
+	st  *tenancy.Store
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	got map[string]dispatchOutcome
+}
+
+type dispatchOutcome struct {
+	leases []tenancy.Lease
+	err    error
+}
+
+func newDispatches(ctx context.Context, st *tenancy.Store) *dispatches {
+	return &dispatches{ctx: ctx, st: st, got: map[string]dispatchOutcome{}}
+}
+
+func (d *dispatches) start(name, tenant string, from uint64, ranges ...tenancy.Range) {
+	d.wg.Go(func() {
+		ls, err := d.st.DispatchMany(d.ctx, tenant, tenancy.DestPostgres, "h", from, ranges)
+		d.mu.Lock()
+		d.got[name] = dispatchOutcome{ls, err}
+		d.mu.Unlock()
+	})
+}
+
+func (d *dispatches) wait() { d.wg.Wait() }
