@@ -246,6 +246,7 @@ func (tr *trickle) count() int {
 // seen is a work item as an observer or a sink worker saw it, and when.
 type seen struct {
 	from, to uint64
+	count    int
 	at       time.Time
 }
 
@@ -260,7 +261,7 @@ func newItemLog() *itemLog { return &itemLog{items: map[string][]seen{}} }
 func (l *itemLog) add(it work.Item, at time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.items[it.Tenant] = append(l.items[it.Tenant], seen{it.FromSeq, it.ToSeq, at})
+	l.items[it.Tenant] = append(l.items[it.Tenant], seen{it.FromSeq, it.ToSeq, it.Count, at})
 	return len(l.items)
 }
 
@@ -268,6 +269,19 @@ func (l *itemLog) tenants() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.items)
+}
+
+// events counts the events of every item seen.
+func (l *itemLog) events() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := 0
+	for _, s := range l.items {
+		for _, it := range s {
+			c += it.count
+		}
+	}
+	return c
 }
 
 // countAtLeast counts tenants with at least n items.
