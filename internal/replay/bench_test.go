@@ -61,7 +61,7 @@ import (
 // rate. FAIRWAY_BENCH_REPLAY_RATE (events/s, or "unlimited") and
 // FAIRWAY_BENCH_REPLAY_BATCH override the replay's rate and item size,
 // FAIRWAY_BENCH_REPLAY_LOOKAHEAD the dispatcher's ReplayLookahead ("off":
-// no replay feed). Also reported: the fraction of replayed events the sink
+// no replay feed), FAIRWAY_BENCH_CONCURRENCY its Concurrency. Also reported: the fraction of replayed events the sink
 // runner read bare (replay_bare_frac), the CPU the replay added per
 // replayed event (replay_cpu_us_per_event: CPU of this process and the
 // server's in the windows with the replay less the same time's worth of
@@ -150,7 +150,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg},
 		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench", PollInterval: time.Second,
 			ReplayBatch:     testenv.EnvInt(b, "FAIRWAY_BENCH_REPLAY_BATCH", dispatch.ReplayBatchDefault),
-			ReplayLookahead: lookahead})
+			ReplayLookahead: lookahead, Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0)})
 	if err != nil {
 		b.Fatal(err)
 	}
