@@ -145,8 +145,21 @@ func TestDispatchGroupedDeadlockFallsBack(t *testing.T) {
 	}
 
 	// The other transaction holds dx's cursor; the first statement ends
-	// and the grouped one (dx, dy) waits on that cursor.
-	other, err := pool.Begin(ctx)
+	// and the grouped one (dx, dy) waits on that cursor. Its connection
+	// checks for deadlocks late (when the user may set it), so that the
+	// grouped statement, which waits first, is the one that finds the
+	// cycle even if the machine is slow to send the second request.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	_, _ = conn.Exec(ctx, `SET deadlock_timeout = '30s'`) // superuser only; fine without
+	var otherPID int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
+		t.Fatal(err)
+	}
+	other, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +168,12 @@ func TestDispatchGroupedDeadlockFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	unlockFirst()
-	waitLockWaiter(t, ctx, pool)
+	waitFor(t, ctx, "the grouped statement to wait on the other transaction", func() bool {
+		var blocked bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid)))`, otherPID).Scan(&blocked)
+		return err == nil && blocked
+	})
 	// Now it asks for dy's slot, which the grouped statement has locked.
 	if _, err := other.Exec(ctx, `SELECT 1 FROM fairway.slots WHERE tenant = 'dy' AND slot_no = 0 FOR UPDATE`); err != nil {
 		t.Fatalf("the other transaction lost the deadlock (%v): the grouped statement was not the one aborted", err)
