@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,8 +96,17 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 	mux := http.NewServeMux()
 	mux.Handle(dashboard.Path+"/", dash)
 	mux.Handle(dashboard.Path, dash)
-	mux.Handle("/", p.Ingest.Handler())
-	p.Serve(ln, mux)
+	ingest := p.Ingest.Handler()
+	mux.Handle("/", ingest)
+	// The API goes to ingest's own handler unrouted: this mux would
+	// redirect /v1/tenants//events (an empty tenant id, a 400 there).
+	p.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			ingest.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 
 	cfg.BaseURL = "http://" + ln.Addr().String()
 	cfg.Out = c.out

@@ -494,6 +494,13 @@ func TestImportTooLarge(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error, "1024") {
 		t.Fatalf("status %d %s, want 413 naming the 1024-byte limit", resp.StatusCode, b)
 	}
+	// The same body without a length (chunked) is cut off while it is read.
+	body, w := io.Pipe()
+	go func() { _, err := io.WriteString(w, csv); w.CloseWithError(err) }()
+	resp, b = f.post(t, "/v1/tenants/acme/imports", f.tokens["acme"], "text/csv", body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error, "1024") {
+		t.Fatalf("chunked: status %d %s, want 413 naming the 1024-byte limit", resp.StatusCode, b)
+	}
 	if n := f.msgs(t); n != 0 {
 		t.Fatalf("stream holds %d events after a refused upload", n)
 	}
