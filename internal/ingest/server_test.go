@@ -246,6 +246,8 @@ func TestBadEventsAreReportedAndNeighboursStored(t *testing.T) {
 		{"deeply nested payload", deep, "deeper than 64"},
 		{"payload not an object", `{"product_id":"x","version":1,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":[1]}`, "payload"},
 		{"other tenant in body", `{"tenant":"globex","product_id":"x","version":1,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":{}}`, "tenant"},
+		{"bad tenant id in body", `{"tenant":"a.b","product_id":"x","version":1,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":{}}`, `tenant "a.b"`},
+		{"wildcard tenant in body", `{"tenant":">","product_id":"x","version":1,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":{}}`, `tenant ">"`},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
