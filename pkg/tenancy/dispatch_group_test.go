@@ -41,7 +41,7 @@ func TestDispatchGrouped(t *testing.T) {
 	}
 	stmts0, calls0 := st.DispatchStats()
 
-	unlock := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'gblock' FOR UPDATE`)
+	lock := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'gblock' FOR UPDATE`)
 	ds := newDispatches(ctx, st)
 	dispatch, got := ds.start, ds.got
 	queue := func(name, tenant string, from uint64, ranges ...tenancy.Range) {
@@ -50,7 +50,7 @@ func TestDispatchGrouped(t *testing.T) {
 		waitFor(t, ctx, name+" to queue", func() bool { return st.QueuedDispatches() == n+1 })
 	}
 	dispatch("gblock", "gblock", 1, tenancy.Range{From: 1, To: 10})
-	waitLockWaiter(t, ctx, pool)
+	lock.waitBlocked("the first dispatch")
 	queue("ga", "ga", 1, tenancy.Range{From: 1, To: 10}, tenancy.Range{From: 12, To: 20})
 	queue("ga2", "ga", 21, tenancy.Range{From: 21, To: 30})
 	queue("gb", "gb", 1, tenancy.Range{From: 1, To: 10})
@@ -58,7 +58,7 @@ func TestDispatchGrouped(t *testing.T) {
 	queue("gd", "gd", 1, tenancy.Range{From: 1, To: 10})
 	queue("ge", "ge", 1, tenancy.Range{From: 5, To: 9}) // a pair never seen
 	queue("gf", "gf", 1, tenancy.Range{From: 1, To: 2}, tenancy.Range{From: 3, To: 4}, tenancy.Range{From: 5, To: 6})
-	unlock()
+	lock.unlock()
 	ds.wait()
 
 	// 1 (gblock) + 6 (ga, gb, gc, gd, ge, gf) + ga2 + ge's retry after
@@ -134,53 +134,29 @@ func TestDispatchGroupedDeadlockFallsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	unlockFirst := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'dblock' FOR UPDATE`)
+	first := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'dblock' FOR UPDATE`)
 	calls := newDispatches(ctx, st)
 	dispatch := func(tenant string) { calls.start(tenant, tenant, 1, tenancy.Range{From: 1, To: 10}) }
 	dispatch("dblock")
-	waitLockWaiter(t, ctx, pool)
+	first.waitBlocked("the first dispatch")
 	for i, tn := range []string{"dx", "dy"} {
 		dispatch(tn)
 		waitFor(t, ctx, tn+" to queue", func() bool { return st.QueuedDispatches() == i+1 })
 	}
 
 	// The other transaction holds dx's cursor; the first statement ends
-	// and the grouped one (dx, dy) waits on that cursor. Its connection
-	// checks for deadlocks late (when the user may set it), so that the
-	// grouped statement, which waits first, is the one that finds the
-	// cycle even if the machine is slow to send the second request.
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	_, _ = conn.Exec(ctx, `SET deadlock_timeout = '30s'`) // superuser only; fine without
-	var otherPID int
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
-		t.Fatal(err)
-	}
-	other, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := other.Exec(ctx, `SELECT 1 FROM fairway.cursors WHERE tenant = 'dx' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	unlockFirst()
-	waitFor(t, ctx, "the grouped statement to wait on the other transaction", func() bool {
-		var blocked bool
-		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid)))`, otherPID).Scan(&blocked)
-		return err == nil && blocked
-	})
+	// and the grouped one (dx, dy) waits on that cursor. The other checks
+	// for deadlocks late (holdRows), so the grouped statement, which waits
+	// first, is the one that finds the cycle even if the machine is slow to
+	// send the second request.
+	other := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.cursors WHERE tenant = 'dx' FOR UPDATE`)
+	first.unlock()
+	other.waitBlocked("the grouped statement")
 	// Now it asks for dy's slot, which the grouped statement has locked.
-	if _, err := other.Exec(ctx, `SELECT 1 FROM fairway.slots WHERE tenant = 'dy' AND slot_no = 0 FOR UPDATE`); err != nil {
+	if err := other.exec(`SELECT 1 FROM fairway.slots WHERE tenant = 'dy' AND slot_no = 0 FOR UPDATE`); err != nil {
 		t.Fatalf("the other transaction lost the deadlock (%v): the grouped statement was not the one aborted", err)
 	}
-	if err := other.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	other.unlock()
 	calls.wait()
 
 	for _, tn := range []string{"dblock", "dx", "dy"} {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -51,7 +52,7 @@ func TestReleaseGrouped(t *testing.T) {
 
 	stmts0, calls0 := st.ReleaseStats()
 	// Hold first's slot row so its release (the first statement) waits.
-	unlock := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.slots WHERE tenant = 'blocker' FOR UPDATE`)
+	lock := holdRows(t, ctx, pool, `SELECT 1 FROM fairway.slots WHERE tenant = 'blocker' FOR UPDATE`)
 	var wg sync.WaitGroup
 	errs := make(map[string]error)
 	var mu sync.Mutex
@@ -64,7 +65,7 @@ func TestReleaseGrouped(t *testing.T) {
 		})
 	}
 	release(ctx, first)
-	waitLockWaiter(t, ctx, pool)
+	lock.waitBlocked("the first release")
 	// Queued one by one, so the statements' split is known.
 	queue := func(ctx context.Context, l tenancy.Lease) {
 		n := st.QueuedReleases()
@@ -79,7 +80,7 @@ func TestReleaseGrouped(t *testing.T) {
 	queue(ctx, stale)
 	cancel()
 	waitFor(t, ctx, "the cancelled release to leave the queue", func() bool { return st.QueuedReleases() == 71 })
-	unlock()
+	lock.unlock()
 	wg.Wait()
 
 	if stmts, calls := st.ReleaseStats(); stmts-stmts0 != 3 || calls-calls0 != 72 {
@@ -161,34 +162,62 @@ func TestReleaseGroupedRace(t *testing.T) {
 	}
 }
 
-// holdRows runs lock (a SELECT … FOR UPDATE) in a transaction and returns
-// what ends it; the test's end ends it too.
-func holdRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, lock string) (unlock func()) {
+// rowLock is a transaction holding row locks, on a connection of its own.
+type rowLock struct {
+	t    *testing.T
+	ctx  context.Context
+	pool *pgxpool.Pool
+	tx   pgx.Tx
+	pid  int // its backend
+}
+
+// holdRows runs lock (a SELECT … FOR UPDATE) in a transaction kept open
+// until unlock (or the test's end). The connection checks for deadlocks
+// after 30 s (where the user may set it), so that a statement it blocks,
+// which waits first, is the one that finds a deadlock the test makes.
+func holdRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, lock string) *rowLock {
 	t.Helper()
-	tx, err := pool.Begin(ctx)
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
-	if _, err := tx.Exec(ctx, lock); err != nil {
+	t.Cleanup(conn.Release)
+	_, _ = conn.Exec(ctx, `SET deadlock_timeout = '30s'`) // superuser only; fine without
+	l := &rowLock{t: t, ctx: ctx, pool: pool}
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&l.pid); err != nil {
 		t.Fatal(err)
 	}
-	return func() {
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+	if l.tx, err = conn.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.tx.Rollback(context.WithoutCancel(ctx)) })
+	if _, err := l.tx.Exec(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// exec runs another statement in the transaction.
+func (l *rowLock) exec(sql string) error {
+	_, err := l.tx.Exec(l.ctx, sql)
+	return err
+}
+
+func (l *rowLock) unlock() {
+	l.t.Helper()
+	if err := l.tx.Commit(l.ctx); err != nil {
+		l.t.Fatal(err)
 	}
 }
 
-// waitLockWaiter waits until one session of the test's database waits on
-// a lock.
-func waitLockWaiter(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
-	t.Helper()
-	waitFor(t, ctx, "a statement to wait on the row lock", func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n == 1
+// waitBlocked waits until a session waits on one of l's locks.
+func (l *rowLock) waitBlocked(what string) {
+	l.t.Helper()
+	waitFor(l.t, l.ctx, what+" to wait on the row lock", func() bool {
+		var blocked bool
+		err := l.pool.QueryRow(l.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid)))`, l.pid).Scan(&blocked)
+		return err == nil && blocked
 	})
 }
 
