@@ -65,8 +65,8 @@ import (
 // processes would (replicas_bench_test.go); the grant timings then cover
 // the first one's grants only. FAIRWAY_BENCH_CONCURRENCY and
 // FAIRWAY_BENCH_QUANTUM set the dispatchers' Config.Concurrency and
-// Config.Quantum (default: the Config's defaults). fairway's work items are checked to cover
-// every event exactly once.
+// Config.Quantum (default: the Config's defaults). fairway's work items
+// are checked to cover every event exactly once.
 //
 // Run: go test -run '^$' -bench BenchmarkNoisyNeighbor -benchtime 1x ./internal/dispatch/
 func BenchmarkNoisyNeighbor(b *testing.B) {
@@ -429,8 +429,6 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig, name string) no
 //     events, 4 publishers; the publishing is inside the time) → every one
 //     of them is in a work item, woken by the doorbell;
 //   - items_per_s: tenants / round time;
-//   - The FAIRWAY_BENCH_CONCURRENCY dispatcher Concurrency (default: the
-//     dispatcher's);
 //   - rss_growth_MB: process VmRSS (/proc/self/status) after round 2 minus
 //     before the dispatcher started — the whole test process, embedded
 //     nats-server included; heap_growth_MB: runtime.MemStats.HeapAlloc
@@ -442,7 +440,8 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig, name string) no
 // FAIRWAY_BENCH_DISPATCHERS (default 1) dispatchers run side by side, each
 // with its own NATS connections, PostgreSQL pool and holder, as separate
 // processes would (replicas_bench_test.go); cursor_moved counts grants one
-// of them lost to another. After the rounds, the work items are checked to
+// of them lost to another. FAIRWAY_BENCH_CONCURRENCY sets their
+// Config.Concurrency (default: the Config's). After the rounds, the work items are checked to
 // cover every event of every tenant exactly once, and the batch log to
 // agree.
 //
@@ -538,7 +537,7 @@ func BenchmarkManyTenants(b *testing.B) {
 	}
 	moved, _ := reps.sum(b, "fairway_dispatcher_cursor_moved_total")
 	atLimit, _ := reps.sum(b, "fairway_dispatcher_at_limit_total")
-	b.Logf("fairway: grants found the noisy tenant at its slot limit %.0f times", atLimit)
+	b.Logf("fairway: grants found a tenant at its slot limit %.0f times", atLimit)
 	byHolder := e.checkReplicas(rec)
 	const mb = 1 << 20
 	b.ReportMetric(float64(dispatchers), "dispatchers")

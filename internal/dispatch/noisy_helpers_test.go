@@ -642,22 +642,9 @@ func (e *benchEnv) cpuSplit(done <-chan struct{}) func() string {
 	}
 	pg := testenv.CommandCPU("postgres")
 	s0, n0, t0 := self(), server(), time.Now()
-	var out string
-	measured := make(chan struct{})
-	go func() {
-		defer close(measured)
-		<-done
-		out = fmt.Sprintf("CPU over %v: this process %v, NATS server %v, PostgreSQL %v",
+	return atDone(done, func() string {
+		return fmt.Sprintf("CPU over %v: this process %v, NATS server %v, PostgreSQL %v",
 			time.Since(t0).Round(time.Millisecond), (self() - s0).Round(10*time.Millisecond),
 			(server() - n0).Round(10*time.Millisecond), testenv.CPUSince(pg, "postgres").Round(10*time.Millisecond))
-	}()
-	return func() string {
-		select {
-		case <-done:
-			<-measured
-			return out
-		default:
-			return "CPU: not drained"
-		}
-	}
+	}, "CPU: not drained")
 }

@@ -284,22 +284,33 @@ func procStat() (cpuTimes, error) {
 // closed; the function it returns reports it (0 if done was not closed).
 func cpuUntil(tb testing.TB, done <-chan struct{}) func() float64 {
 	start := readCPU(tb)
-	var pct float64
+	return atDone(done, func() float64 {
+		end, err := procStat()
+		if err != nil {
+			return 0
+		}
+		return start.busyPct(end)
+	}, 0)
+}
+
+// atDone runs measure as soon as done is closed (in a goroutine started
+// now) and returns what yields its result: once done is closed, measure's
+// value; before, notYet.
+func atDone[T any](done <-chan struct{}, measure func() T, notYet T) func() T {
+	var v T
 	measured := make(chan struct{})
 	go func() {
 		defer close(measured)
 		<-done
-		if end, err := procStat(); err == nil {
-			pct = start.busyPct(end)
-		}
+		v = measure()
 	}()
-	return func() float64 {
+	return func() T {
 		select {
 		case <-done:
 			<-measured
-			return pct
+			return v
 		default:
-			return 0
+			return notYet
 		}
 	}
 }

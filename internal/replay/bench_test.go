@@ -61,8 +61,9 @@ import (
 // rate. FAIRWAY_BENCH_REPLAY_RATE (events/s, or "unlimited") and
 // FAIRWAY_BENCH_REPLAY_BATCH override the replay's rate and item size,
 // FAIRWAY_BENCH_REPLAY_LOOKAHEAD the dispatcher's ReplayLookahead ("off":
-// no replay feed), FAIRWAY_BENCH_CONCURRENCY its Concurrency. Also reported: the fraction of replayed events the sink
-// runner read bare (replay_bare_frac), the CPU the replay added per
+// no replay feed), FAIRWAY_BENCH_CONCURRENCY its Concurrency. Also
+// reported: the fraction of replayed events the sink runner read bare
+// (replay_bare_frac), the CPU the replay added per
 // replayed event (replay_cpu_us_per_event: CPU of this process and the
 // server's in the windows with the replay less the same time's worth of
 // the windows without), and p99s of the parts of a small tenant's latency
