@@ -423,6 +423,12 @@ func releaseArgs(leases []Lease) (leaseArrays, error) {
 	return x, nil
 }
 
+// notifyFreedSQL notifies once per pair of the rows of CTE r (tenant,
+// dest: slots freed), with the number freed when it is more than one
+// (Released.Slots).
+const notifyFreedSQL = `SELECT pg_notify('` + NotifyChannel + `', tenant || ' ' || dest || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
+	FROM (SELECT tenant, dest, count(*) AS n FROM r GROUP BY tenant, dest) d`
+
 // releaseManySQL frees the slots the leases still fence, notifies once per
 // pair with the number freed, and returns the ordinal (from 1) of each
 // lease it released. $1..$4: tenants, dests, slots, tokens.
@@ -432,10 +438,7 @@ const releaseManySQL = `WITH a AS (` + asyncCommitSQL + `), x AS (
 	UPDATE fairway.slots s SET expires_at = NULL, holder = NULL FROM x
 	WHERE s.tenant = x.t AND s.dest = x.d AND s.slot_no = x.n AND s.epoch = x.e AND s.expires_at IS NOT NULL
 	RETURNING s.tenant, s.dest, x.i
-), n AS (
-	SELECT pg_notify('` + NotifyChannel + `', tenant || ' ' || dest || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
-	FROM (SELECT tenant, dest, count(*) AS n FROM r GROUP BY tenant, dest) d
-) SELECT i FROM r WHERE (SELECT count(*) FROM n) + (SELECT count(*) FROM a) > 0`
+), n AS (` + notifyFreedSQL + `) SELECT i FROM r WHERE (SELECT count(*) FROM n) + (SELECT count(*) FROM a) > 0`
 
 // releaseMany runs releaseManySQL; released[i] says lease i was released
 // by it.
@@ -494,10 +497,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			UPDATE fairway.slots s SET expires_at = NULL, holder = NULL FROM c
 			WHERE s.tenant = c.tenant AND s.dest = c.dest AND s.slot_no = c.slot_no AND s.expires_at < now()
 			RETURNING s.tenant, s.dest
-		), n AS (
-			SELECT pg_notify('`+NotifyChannel+`', tenant || ' ' || dest || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
-			FROM (SELECT tenant, dest, count(*) AS n FROM r GROUP BY tenant, dest) d
-		) SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n) + 0 * (SELECT count(*) FROM a)`).Scan(&n, &notified)
+		), n AS (`+notifyFreedSQL+`) SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n) + 0 * (SELECT count(*) FROM a)`).Scan(&n, &notified)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: %w", err)
 	}
