@@ -635,9 +635,9 @@ func (x *destination) setAside(k scheduler.Key, op string, err error) {
 	time.AfterFunc(x.d.cfg.RetryDelay, func() { x.unblock(k.Tenant, 1) })
 }
 
-// unblock handles the release of slots of tenant's slots (or the end of a
-// wait that set it aside, as one: slots 1). It reports whether an orphan of the
-// tenant is waiting for a slot.
+// unblock handles the release of slots of the tenant's slots (the end of a
+// wait that set the tenant aside counts as one). It reports whether an
+// orphan of the tenant is waiting for a slot.
 func (x *destination) unblock(tenant string, slots int) (orphans bool) {
 	x.mu.Lock()
 	ts := x.tenants[tenant]

@@ -16,9 +16,9 @@ const groupTimeout = 10 * time.Second
 // queue up, and the next statement takes all of them (up to max, and never
 // two with the same key). Nobody waits for company, so a lone call costs
 // what it did alone, and under load PostgreSQL runs a fraction of the
-// statements: a statement's own cost (parse, executor start, commit) is
-// much of what a short one costs (docs/dispatcher.md, "Grouped releases
-// and dispatches").
+// statements: a short statement's cost is mostly per statement, not per
+// row (BenchmarkReleaseCPU, BenchmarkDispatchCPU; docs/dispatcher.md,
+// "Grouped releases and dispatches").
 //
 // The queue is non-empty only while some call leads (runs a statement or
 // has been handed the lead): a leader, its statement done, hands the lead
@@ -31,7 +31,8 @@ type grouper[A, R any] struct {
 	mu      sync.Mutex
 	queue   []*groupCall[A, R]
 	leading bool
-	// statements and calls count what the group ran (Store.GroupStats).
+	// statements and calls count what the group ran (Store.ReleaseStats,
+	// Store.DispatchStats).
 	statements, calls int
 }
 
