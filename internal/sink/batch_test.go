@@ -1,8 +1,11 @@
 package sink_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -34,6 +37,42 @@ func TestLatest(t *testing.T) {
 	}
 	if got := sink.Latest(nil, nil); len(got) != 0 {
 		t.Fatalf("Latest(nil) = %v", got)
+	}
+}
+
+// TestLatestMatchesReference checks Latest against a plain reference on
+// random batches: few tenants and products (many duplicates), equal
+// versions, skipped records, any order.
+func TestLatestMatchesReference(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		batch := make([]sink.Record, rng.IntN(40))
+		skip := make([]bool, len(batch))
+		for i := range batch {
+			batch[i] = rec(fmt.Sprint("t", rng.IntN(3)), fmt.Sprint("p", rng.IntN(8)), int64(rng.IntN(4)))
+			skip[i] = rng.IntN(5) == 0
+		}
+		if rng.IntN(2) == 0 {
+			slices.SortStableFunc(batch, func(a, b sink.Record) int {
+				return cmp.Or(cmp.Compare(a.Event.Tenant, b.Event.Tenant), cmp.Compare(a.Event.ProductID, b.Event.ProductID))
+			})
+		}
+		// The reference: for each key the highest version, the earliest
+		// index among equals; then ordered by key.
+		best := map[sink.Key]int{}
+		for i, r := range batch {
+			if j, ok := best[r.Key()]; !skip[i] && (!ok || batch[j].Event.Version < r.Event.Version) {
+				best[r.Key()] = i
+			}
+		}
+		want := slices.Collect(maps.Values(best))
+		slices.SortFunc(want, func(a, b int) int {
+			return cmp.Or(cmp.Compare(batch[a].Event.Tenant, batch[b].Event.Tenant), cmp.Compare(batch[a].Event.ProductID, batch[b].Event.ProductID))
+		})
+		if got := sink.Latest(batch, skip); !slices.Equal(got, want) {
+			t.Fatalf("Latest(%v, skip %v) = %v, want %v", batch, skip, got, want)
+		}
 	}
 }
 
@@ -148,4 +187,25 @@ func TestPermanentError(t *testing.T) {
 	if sink.IsPermanent(cause) || sink.IsPermanent(nil) {
 		t.Fatal("IsPermanent true for a plain error or nil")
 	}
+}
+
+// BenchmarkLatest: 1,000 records of one tenant, distinct products, in
+// product order (a catalog import) and shuffled (updates in any order).
+func BenchmarkLatest(b *testing.B) {
+	batch := make([]sink.Record, 1000)
+	for i := range batch {
+		batch[i] = rec("acme", fmt.Sprintf("p%06d", i), 1)
+	}
+	b.Run("sorted", func(b *testing.B) {
+		for b.Loop() {
+			sink.Latest(batch, nil)
+		}
+	})
+	shuffled := slices.Clone(batch)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	b.Run("shuffled", func(b *testing.B) {
+		for b.Loop() {
+			sink.Latest(shuffled, nil)
+		}
+	})
 }

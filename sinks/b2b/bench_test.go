@@ -3,12 +3,18 @@ package b2b_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/sink/sinktest"
@@ -60,8 +66,60 @@ func BenchmarkB2BSink(b *testing.B) {
 	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "events/s")
 }
 
-// BenchmarkBareHTTPPost is the baseline: the same bodies, encoded before
-// the timer starts, POSTed in a plain loop.
+// BenchmarkBareSignedPost is the baseline of the sink, as the PostgreSQL
+// and ClickHouse sinks' baselines are theirs: the same requests (body,
+// Idempotency-Key, timestamp, signature) built straight from the same
+// records with the standard library (json.Marshal, crypto/hmac) and POSTed
+// in a plain loop, without the sink's validation, collapse by product,
+// sorting, size limits or breaker.
+func BenchmarkBareSignedPost(b *testing.B) {
+	srv := benchReceiver(b)
+	batches := [4][]sink.Record{benchRecords(0), benchRecords(1), benchRecords(2), benchRecords(3)}
+	secret := []byte(testSecret)
+	client := &http.Client{}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		recs := batches[i%4]
+		body := b2b.Body{Tenant: "acme", Partner: "bench", Events: make([]b2b.BodyEvent, len(recs))}
+		key := sha256.New()
+		var seq [8]byte
+		for j, r := range recs {
+			body.Events[j] = b2b.BodyEvent{Seq: r.Seq, ProductID: r.Event.ProductID, Version: r.Event.Version, Op: r.Event.Op, OccurredAt: r.Event.OccurredAt, Payload: r.Event.Payload}
+			binary.BigEndian.PutUint64(seq[:], r.Seq)
+			key.Write(seq[:])
+		}
+		raw, err := json.Marshal(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(ts + "."))
+		m.Write(raw)
+		req, err := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(raw))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("User-Agent", "bare")
+		req.Header.Set(b2b.HeaderIdempotencyKey, hex.EncodeToString(key.Sum(nil)[:16]))
+		req.Header.Set(b2b.HeaderTimestamp, ts)
+		req.Header.Set(b2b.HeaderSignature, "v1="+hex.EncodeToString(m.Sum(nil)))
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatal(resp.Status)
+		}
+	}
+	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkBareHTTPPost is the transport alone: the same bodies, encoded
+// before the timer starts, POSTed unsigned in a plain loop.
 func BenchmarkBareHTTPPost(b *testing.B) {
 	srv := benchReceiver(b)
 	var bodies [4][]byte

@@ -17,7 +17,7 @@ func TestEncodeEvent(t *testing.T) {
 		for _, payload := range []json.RawMessage{nil, json.RawMessage(`{"a": [1, 2],
  "b": "c"}`)} {
 			r := sink.Record{Seq: 1 << 40, Event: events.Event{Tenant: "acme", ProductID: id, Version: 1<<62 + 1, Op: events.OpUpsert, OccurredAt: at, Payload: payload}}
-			got, err := encodeEvent(&r)
+			got, err := appendEvent(nil, &r)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,8 +34,8 @@ func TestEncodeEvent(t *testing.T) {
 		}
 	}
 	bad := sink.Record{Event: events.Event{ProductID: "x", Payload: json.RawMessage(`{"a":`)}}
-	if _, err := encodeEvent(&bad); err == nil {
-		t.Error("invalid payload encoded")
+	if got, err := appendEvent([]byte("x"), &bad); err == nil || string(got) != "x" {
+		t.Errorf("invalid payload: appendEvent = %q, %v; want the buffer unchanged and an error", got, err)
 	}
 }
 

@@ -279,16 +279,26 @@ func (s *Sink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) 
 // applyTenant delivers batch[idx] (one tenant) to p, filling errs.
 func (s *Sink) applyTenant(ctx context.Context, p *Partner, batch []sink.Record, idx []int, errs []error) error {
 	env := newEnvelope(p.Tenant, p.Name)
-	var recs []sink.Record // the records the partner takes
-	var at []int           // their index in batch
-	var enc [][]byte
-	var recErrs []error
+	recs := make([]sink.Record, 0, len(idx)) // the records the partner takes
+	at := make([]int, 0, len(idx))           // their index in batch
+	recErrs := make([]error, 0, len(idx))
+	// Every event is encoded into one buffer; ends[j] is where recs[j]'s
+	// JSON ends (an event that did not encode is empty).
+	need := 0
+	for _, i := range idx {
+		need += eventSizeHint(&batch[i])
+	}
+	encoded := make([]byte, 0, need)
+	ends := make([]int, 0, len(idx))
 	for _, i := range idx {
 		r := &batch[i]
 		if !p.wants(r.Event.Op) {
 			continue // filtered out: applied
 		}
-		b, err := encodeEvent(r)
+		start := len(encoded)
+		var err error
+		encoded, err = appendEvent(encoded, r)
+		size := len(encoded) - start
 		switch {
 		case !r.Event.Op.Valid():
 			err = sink.Permanent(fmt.Sprintf("unknown op %q", r.Event.Op), sink.ErrInvalidRecord)
@@ -296,10 +306,18 @@ func (s *Sink) applyTenant(ctx context.Context, p *Partner, batch []sink.Record,
 			err = sink.Permanent("upsert without payload", sink.ErrInvalidRecord)
 		case err != nil:
 			err = sink.Permanent("event does not encode as JSON", errors.Join(sink.ErrInvalidRecord, err))
-		case env.size(len(b)) > p.MaxRequestBytes:
-			err = sink.Permanent(fmt.Sprintf("event is %d bytes in a request, partner %s takes at most %d", env.size(len(b)), p.Name, p.MaxRequestBytes), ErrEventTooLarge)
+		case env.size(size) > p.MaxRequestBytes:
+			err = sink.Permanent(fmt.Sprintf("event is %d bytes in a request, partner %s takes at most %d", env.size(size), p.Name, p.MaxRequestBytes), ErrEventTooLarge)
 		}
-		recs, at, enc, recErrs = append(recs, *r), append(at, i), append(enc, b), append(recErrs, err)
+		recs, at, ends, recErrs = append(recs, *r), append(at, i), append(ends, len(encoded)), append(recErrs, err)
+	}
+	enc := make([][]byte, len(ends))
+	for j, end := range ends {
+		start := 0
+		if j > 0 {
+			start = ends[j-1]
+		}
+		enc[j] = encoded[start:end:end]
 	}
 	var buf []byte
 	err := sink.ApplyLatest(recs, recErrs, func(sub []int) error {
