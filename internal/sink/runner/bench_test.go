@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -35,11 +37,14 @@ func benchEvents(n int) []events.Event {
 }
 
 // BenchmarkApply compares, in one run, the PostgreSQL sink's bare Apply of
-// 500-event batches (4 writers) with the whole runtime applying work items
-// of 500 events (Concurrency 4): fetch, direct-get read, decode, apply,
-// lease release, ack — the items carrying their events' store times as the
-// dispatcher's do ("runner": bodies read without headers) and without
-// ("runner_headers"). Reports events/s for each.
+// 500-event batches (4 writers, nothing read from JetStream), the same
+// writes fed by a plain shared JetStream consumer ("consumer": what a
+// worker pool without fairway does), and the whole runtime applying work
+// items of 500 events (Concurrency 4): fetch, direct-get read, decode,
+// apply, lease release, ack — the items carrying their events' store
+// times as the dispatcher's do ("runner": bodies read without headers)
+// and without ("runner_headers"). Reports events/s for each. JetStream
+// runs in a process of its own (testenv.BenchNATS).
 func BenchmarkApply(b *testing.B) {
 	b.Run("bare", func(b *testing.B) {
 		e := setup(b)
@@ -72,14 +77,79 @@ func BenchmarkApply(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.N*benchItem)/b.Elapsed().Seconds(), "events/s")
 	})
+	b.Run("consumer", benchConsumer)
 	b.Run("runner", func(b *testing.B) { benchRunner(b, true) })
 	b.Run("runner_headers", func(b *testing.B) { benchRunner(b, false) })
+}
+
+// benchConsumer is the same writes without fairway's runtime: the same
+// events read from PRODUCTS by one plain durable consumer shared by 4
+// workers, each fetching 500, decoding them and applying them with the
+// same sink (the bare Apply's writes), then acking each message, as a
+// shared worker pool does. No work items, leases or releases.
+func benchConsumer(b *testing.B) {
+	e := setupBench(b)
+	ctx := context.Background()
+	for n := range b.N {
+		e.publish(benchEvents(n)...)
+	}
+	stream, err := e.js.Stream(ctx, events.StreamName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 100_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var applied atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range benchWorkers {
+		wg.Go(func() {
+			for applied.Load() < int64(b.N*benchItem) {
+				batch, err := cons.Fetch(benchItem, jetstream.FetchMaxWait(100*time.Millisecond))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				var msgs []jetstream.Msg
+				var recs []sink.Record
+				for m := range batch.Messages() {
+					md, err := m.Metadata()
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					ev, err := events.Decode(m.Data())
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					msgs, recs = append(msgs, m), append(recs, sink.Record{Seq: md.Sequence.Stream, Event: ev, PublishedAt: md.Timestamp})
+				}
+				if len(recs) == 0 {
+					continue
+				}
+				if _, err := e.pg.Apply(ctx, recs); err != nil {
+					b.Error(err)
+					return
+				}
+				for _, m := range msgs {
+					_ = m.Ack()
+				}
+				applied.Add(int64(len(recs)))
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*benchItem)/b.Elapsed().Seconds(), "events/s")
 }
 
 // benchRunner: items with store times, as the dispatcher cuts them from
 // its doorbell (read without headers), or without (read with headers).
 func benchRunner(b *testing.B, timed bool) {
-	e := setup(b)
+	e := setupBench(b)
 	e.timed = timed
 	// Every item is dispatched before the runner starts: each holds a slot.
 	for t := range benchTenants {

@@ -51,8 +51,27 @@ type env struct {
 
 func setup(t testing.TB) *env {
 	t.Helper()
-	ctx := context.Background()
 	_, nc := testenv.NATS(t)
+	return setupConn(t, nc)
+}
+
+// setupBench is setup with the JetStream server of a benchmark
+// (testenv.BenchNATS: in a process of its own, as in production, unless
+// FAIRWAY_BENCH_NATS=embedded).
+func setupBench(b *testing.B) *env {
+	b.Helper()
+	url, _, _ := testenv.BenchNATS(b)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	return setupConn(b, nc)
+}
+
+func setupConn(t testing.TB, nc *nats.Conn) *env {
+	t.Helper()
+	ctx := context.Background()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
