@@ -46,6 +46,30 @@ import (
 //
 // Run: FAIRWAY_BENCH_E2E_EVENTS=200000 go test -run '^$' -bench BenchmarkEndToEnd -benchtime 1x -timeout 30m ./cmd/fairway/
 func BenchmarkEndToEnd(b *testing.B) {
+	benchE2E(b, func(ctx context.Context, load e2eLoad) (e2eSystem, string, func() error) {
+		p, baseURL := e2ePipeline(b, ctx, "fairway_bench_e2e", load)
+		return pipelineSystem{p}, baseURL, func() error { return p.Close(ctx) }
+	})
+}
+
+// BenchmarkEndToEndBare is BenchmarkEndToEnd's load through the bare
+// system of e2e_bare_test.go: the same servers and destinations written
+// without fairway (plain HTTP handler, one shared JetStream consumer per
+// destination, plain SQL and signed POSTs). Its e2e_events_per_s is what
+// this machine gives these writes with nothing of fairway's in the way;
+// BenchmarkEndToEnd's figure is read against it.
+//
+// Run: go test -run '^$' -bench 'BenchmarkEndToEnd' -benchtime 1x -timeout 30m ./cmd/fairway/
+func BenchmarkEndToEndBare(b *testing.B) {
+	benchE2E(b, func(ctx context.Context, load e2eLoad) (e2eSystem, string, func() error) {
+		s, baseURL := startBare(b, ctx, "fairway_bench_bare")
+		return s, baseURL, func() error { s.cancel(); s.wg.Wait(); return nil }
+	})
+}
+
+// benchE2E runs the end-to-end load b.N times against systems that start
+// starts (untimed), verifies each run and reports the rates.
+func benchE2E(b *testing.B, start func(context.Context, e2eLoad) (sys e2eSystem, baseURL string, stop func() error)) {
 	load := e2eLoad{Events: testenv.EnvInt(b, "FAIRWAY_BENCH_E2E_EVENTS", 200_000), Tenants: testenv.EnvInt(b, "FAIRWAY_BENCH_E2E_TENANTS", 20), Batch: 500, Clients: 4,
 		ClickHouseBatch: testenv.EnvInt(b, "FAIRWAY_BENCH_E2E_CH_BATCH", 0)}
 	deadline := testenv.EnvDuration(b, "FAIRWAY_BENCH_E2E_DEADLINE", 10*time.Minute)
@@ -57,21 +81,21 @@ func BenchmarkEndToEnd(b *testing.B) {
 	var inserts uint64
 	for i := range b.N {
 		b.StopTimer()
-		p, baseURL := e2ePipeline(b, ctx, "fairway_bench_e2e", load)
-		dests = p.Dests
-		before := clickHouseInserts(b, p)
+		sys, baseURL, stop := start(ctx, load)
+		dests = sys.Destinations()
+		before := clickHouseInserts(b, sys.Stores())
 		b.StartTimer()
-		res, err := runE2E(ctx, p, baseURL, load, deadline)
+		res, err := runE2E(ctx, sys, baseURL, load, deadline)
 		b.StopTimer()
-		inserts += clickHouseInserts(b, p) - before
+		inserts += clickHouseInserts(b, sys.Stores()) - before
 		if err != nil {
 			b.Fatalf("run %d: %v", i+1, err)
 		}
-		if err := verifyE2E(ctx, p, load); err != nil {
+		if err := verifyE2E(ctx, sys, load); err != nil {
 			b.Fatalf("run %d: every destination counted %d events applied, but: %v", i+1, load.Events, err)
 		}
-		if err := p.Close(ctx); err != nil {
-			b.Fatalf("run %d: pipeline: %v", i+1, err)
+		if err := stop(); err != nil {
+			b.Fatalf("run %d: %v", i+1, err)
 		}
 		ingest += res.Ingest
 		all += res.All
@@ -94,7 +118,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 // far (system.events; the whole server's, so nothing else should insert
 // during a run): each is a part ClickHouse merges again and again, so
 // fewer for the same events means less of its CPU.
-func clickHouseInserts(b *testing.B, p *pipeline) uint64 {
+func clickHouseInserts(b *testing.B, p e2eStores) uint64 {
 	b.Helper()
 	conn, err := ch.Open(&ch.Options{Addr: []string{p.ClickHouseAddr}, Auth: ch.Auth{Database: p.Database}, DialTimeout: 5 * time.Second})
 	if err != nil {

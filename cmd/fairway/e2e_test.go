@@ -24,6 +24,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
 )
 
 // This file drives a whole pipeline (pipeline.go) the way an upstream
@@ -65,6 +66,41 @@ type e2eResult struct {
 	Applied map[string]time.Duration
 	// All: every destination had applied every event.
 	All time.Duration
+}
+
+// e2eSystem is what runE2E loads and verifyE2E checks: fairway's
+// pipeline (pipelineSystem) or BenchmarkEndToEndBare's plain one.
+type e2eSystem interface {
+	// Token is tenant's bearer token for the ingest API.
+	Token(tenant string) string
+	// Destinations are the destinations every event goes to.
+	Destinations() []string
+	// Applied is how many events dest has applied so far.
+	Applied(dest string) int64
+	// Exited is closed when a component stopped early.
+	Exited() <-chan struct{}
+	// DeadLetters counts the events given up on.
+	DeadLetters(ctx context.Context) (uint64, error)
+	// Stores locates what the destinations wrote.
+	Stores() e2eStores
+}
+
+// e2eStores are where a system's destinations write: the PostgreSQL
+// database (catalog.products), the ClickHouse database (product_events)
+// and the partner receiver.
+type e2eStores struct {
+	DSN, ClickHouseAddr, Database string
+	Receiver                      *b2btest.Receiver
+}
+
+// pipelineSystem is fairway's pipeline as an e2eSystem.
+type pipelineSystem struct{ *pipeline }
+
+func (p pipelineSystem) Token(tenant string) string { return p.Tokens[tenant] }
+func (p pipelineSystem) Destinations() []string     { return p.Dests }
+func (p pipelineSystem) Applied(dest string) int64  { return p.Tracker.Total(dest) }
+func (p pipelineSystem) Stores() e2eStores {
+	return e2eStores{DSN: p.DSN, ClickHouseAddr: p.ClickHouseAddr, Database: p.Database, Receiver: p.Receiver}
 }
 
 // e2ePipeline starts a pipeline on the databases named db (PostgreSQL and
@@ -121,9 +157,9 @@ func e2ePipeline(tb testing.TB, ctx context.Context, db string, load e2eLoad) (*
 }
 
 // runE2E posts load to the ingest API at baseURL and waits until every
-// destination of p applied all of it (p.Tracker), a POST fails, an event
-// is dead-lettered, a pipeline component stops, or deadline passes.
-func runE2E(ctx context.Context, p *pipeline, baseURL string, load e2eLoad, deadline time.Duration) (e2eResult, error) {
+// destination of p applied all of it, a POST fails, an event is
+// dead-lettered, a component stops, or deadline passes.
+func runE2E(ctx context.Context, p e2eSystem, baseURL string, load e2eLoad, deadline time.Duration) (e2eResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	tenants := load.tenants()
@@ -150,7 +186,7 @@ func runE2E(ctx context.Context, p *pipeline, baseURL string, load e2eLoad, dead
 				first, n := k*load.Batch, min(load.Batch, load.Events-k*load.Batch)
 				body = appendE2EBatch(body[:0], first, n, time.Now())
 				tenant := tenants[k%len(tenants)]
-				if err := postE2EBatch(ctx, client, baseURL, tenant, p.Tokens[tenant], body, n); err != nil {
+				if err := postE2EBatch(ctx, client, baseURL, tenant, p.Token(tenant), body, n); err != nil {
 					postErr <- fmt.Errorf("POST batch %d (%s): %w", k, tenant, err)
 					return
 				}
@@ -171,8 +207,8 @@ func runE2E(ctx context.Context, p *pipeline, baseURL string, load e2eLoad, dead
 	progress := func() string {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%d of %d events ingested", posted.Load(), load.Events)
-		for _, d := range p.Dests {
-			fmt.Fprintf(&b, ", %d applied in %s", p.Tracker.Total(d), d)
+		for _, d := range p.Destinations() {
+			fmt.Fprintf(&b, ", %d applied in %s", p.Applied(d), d)
 		}
 		return b.String()
 	}
@@ -197,13 +233,13 @@ func runE2E(ctx context.Context, p *pipeline, baseURL string, load e2eLoad, dead
 		case <-tick.C:
 		}
 		now := time.Since(start)
-		for _, d := range p.Dests {
-			if _, ok := res.Applied[d]; !ok && p.Tracker.Total(d) >= int64(load.Events) {
+		for _, d := range p.Destinations() {
+			if _, ok := res.Applied[d]; !ok && p.Applied(d) >= int64(load.Events) {
 				res.Applied[d] = now
 				res.All = max(res.All, now)
 			}
 		}
-		if done && len(res.Applied) == len(p.Dests) {
+		if done && len(res.Applied) == len(p.Destinations()) {
 			return res, nil
 		}
 		if time.Since(lastDLQCheck) >= 500*time.Millisecond {
@@ -271,9 +307,10 @@ func postE2EBatch(ctx context.Context, client *http.Client, baseURL, tenant, tok
 // once in PostgreSQL and in ClickHouse and at the partner, and no dead
 // letters. It tells an event applied twice (which the Tracker counts
 // twice) from every event applied.
-func verifyE2E(ctx context.Context, p *pipeline, load e2eLoad) error {
+func verifyE2E(ctx context.Context, sys e2eSystem, load e2eLoad) error {
 	var errs []error
 	want := int64(load.Events)
+	p := sys.Stores()
 	conn, err := pgx.Connect(ctx, p.DSN)
 	if err != nil {
 		return err
@@ -305,7 +342,7 @@ func verifyE2E(ctx context.Context, p *pipeline, load e2eLoad) error {
 	if partner != want {
 		errs = append(errs, fmt.Errorf("the partner holds %d products, want %d", partner, want))
 	}
-	if n, err := p.DeadLetters(ctx); err != nil || n > 0 {
+	if n, err := sys.DeadLetters(ctx); err != nil || n > 0 {
 		errs = append(errs, fmt.Errorf("dead letters: %d (%v)", n, err))
 	}
 	return errors.Join(errs...)
@@ -336,11 +373,11 @@ func TestPipelineEndToEnd(t *testing.T) {
 	load := e2eLoad{Events: 4_000, Tenants: 20, Batch: 100, Clients: 4}
 	db := fmt.Sprintf("fw_test_e2e_%d", time.Now().UnixNano())
 	p, baseURL := e2ePipeline(t, ctx, db, load)
-	res, err := runE2E(ctx, p, baseURL, load, 2*time.Minute)
+	res, err := runE2E(ctx, pipelineSystem{p}, baseURL, load, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := verifyE2E(ctx, p, load); err != nil {
+	if err := verifyE2E(ctx, pipelineSystem{p}, load); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range p.Dests {
