@@ -68,6 +68,9 @@ import (
 // Config.Quantum (default: the Config's defaults). fairway's work items
 // are checked to cover every event exactly once.
 //
+// FAIRWAY_BENCH_PROBE=1 times small operations on each part of the
+// machine through fairway's run and logs the stalls (stallProbe).
+//
 // Run: go test -run '^$' -bench BenchmarkNoisyNeighbor -benchtime 1x ./internal/dispatch/
 func BenchmarkNoisyNeighbor(b *testing.B) {
 	cfg := noisyConfig{
@@ -275,6 +278,10 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	stopProfile := testenv.ProfileCPU(b, "noisy-fairway") // the drain only, not the backlog's publishing
 	stopServerProfile := e.nats.ProfileCPU(b, "noisy-fairway-server")
 	t0 := time.Now()
+	var probe *stallProbe
+	if testenv.EnvInt(b, "FAIRWAY_BENCH_PROBE", 0) == 1 {
+		probe = startProbe(b, ctx, e, t0, cfg.smalls[0])
+	}
 	wg.Go(func() {
 		if err := disp.Run(runCtx); err != nil {
 			b.Errorf("dispatcher: %v", err)
@@ -290,6 +297,9 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	r.lat, r.missing = latencies(tr, until, deadline, obs.when)
 	r.take, r.takeMissing = latencies(tr, until, deadline, sink.takes.when)
 	b.Logf("fairway: the slowest small-tenant events (published at +t after the drain began at %s): %s", t0.Format("15:04:05.000"), slowest(tr, t0, until, deadline, obs.when, 20))
+	if probe != nil {
+		b.Logf("fairway: stall probes: %s", probe.report())
+	}
 	r.errs = sink.errs.Load()
 	readN, _ := reps.sum(b, "fairway_dispatcher_read_events_total")
 	b.Logf("fairway: the sink read %d events without headers, %d with; grants by source %v, the dispatcher read %.0f events", sink.bare.Load(), sink.hdrs.Load(), reps.bySource(b), readN)

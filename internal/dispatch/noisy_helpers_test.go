@@ -180,6 +180,7 @@ func (e *benchEnv) publishBulk(n, publishers int, tenantOf func(i int) string) {
 type pubRec struct {
 	seq uint64
 	at  time.Time
+	ack time.Duration // publish → JetStream's acknowledgement
 }
 
 // trickle publishes perSec events per second for each tenant from start
@@ -222,7 +223,7 @@ func startTrickle(ctx context.Context, pub *events.Publisher, tenants []string, 
 					tr.errs.Add(1)
 					continue
 				}
-				recs = append(recs, pubRec{r.Seq, at})
+				recs = append(recs, pubRec{r.Seq, at, time.Since(at)})
 			}
 			tr.mu.Lock()
 			tr.pubs[tenant] = recs
@@ -557,6 +558,7 @@ type sample struct {
 	at     time.Time
 	lat    time.Duration
 	seen   bool
+	ack    time.Duration // of the publish
 }
 
 // samples are the events tr published before until with their latencies
@@ -574,7 +576,7 @@ func samples(tr *trickle, until, deadline time.Time, when func(tenant string, se
 			if !ok {
 				at = deadline
 			}
-			out = append(out, sample{tenant, r.at, at.Sub(r.at), ok})
+			out = append(out, sample{tenant, r.at, at.Sub(r.at), ok, r.ack})
 		}
 	}
 	return out
@@ -623,7 +625,7 @@ func slowest(tr *trickle, t0, until, deadline time.Time, when func(tenant string
 		if i > 0 {
 			sb.WriteString(", ")
 		}
-		fmt.Fprintf(&sb, "+%.2fs %.1fms %s", s.at.Sub(t0).Seconds(), float64(s.lat)/float64(time.Millisecond), s.tenant)
+		fmt.Fprintf(&sb, "+%.2fs %.1fms %s (ack %.1fms)", s.at.Sub(t0).Seconds(), float64(s.lat)/float64(time.Millisecond), s.tenant, float64(s.ack)/float64(time.Millisecond))
 	}
 	return sb.String()
 }
