@@ -35,7 +35,9 @@ PostgreSQL and ClickHouse (databases fairway_demo, recreated at start) and an
 in-process partner webhook receiver. Tenant "noisy" uploads a large CSV
 catalog while small tenants publish a few events per second each; the live
 view shows per tenant how much each destination applied and the end-to-end
-latency. Ctrl-C stops cleanly and prints a summary.`,
+latency. It stops by itself (or after --duration, or on Ctrl-C) and prints
+a summary; when not interrupted it first waits up to 10 s for the events
+stored last to reach every destination.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.databaseURL == "" {

@@ -93,6 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.BaseURL == "" || cfg.Out == nil || cfg.Tokens == nil {
 		return errors.New("demo: BaseURL, Out and Tokens are required")
 	}
+	parent := ctx // Ctrl-C ends it: then no waiting for the pipeline to settle
 	var stop context.CancelFunc
 	if cfg.Duration > 0 {
 		ctx, stop = context.WithTimeout(ctx, cfg.Duration)
@@ -172,9 +173,62 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	wg.Wait()
+	// The load has stopped; events stored just before may still be on
+	// their way (a sink holds a caught-up tenant's last events for a
+	// moment). Wait for them, unless the user interrupted.
+	waitSettled(parent, cfg, noisy, small, settleMax)
 	v.draw(time.Since(start), noisy, small)
 	summary(context.WithoutCancel(ctx), cfg, time.Since(start), noisy, small)
 	return nil
+}
+
+// settleMax bounds how long Run waits, once the load stopped, for every
+// destination to apply what was stored before it prints the summary.
+const settleMax = 10 * time.Second
+
+// stored is how many of the tenant's events were stored (for the noisy
+// tenant, the import's rows stored so far).
+func (s *tenantStats) stored() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(s.accepted)
+}
+
+// pending is, per destination, how many stored events it has not applied
+// yet (only destinations with some).
+func pending(cfg Config, tenants []*tenantStats) map[string]int64 {
+	out := map[string]int64{}
+	if cfg.Tracker == nil {
+		return out
+	}
+	for _, s := range tenants {
+		want := s.stored()
+		for _, d := range cfg.Dests {
+			if got := cfg.Tracker.Applied(s.name, d); got < want {
+				out[d] += want - got
+			}
+		}
+	}
+	return out
+}
+
+// waitSettled waits until every destination applied every stored event,
+// ctx ends, or max passes.
+func waitSettled(ctx context.Context, cfg Config, noisy *tenantStats, small []*tenantStats, max time.Duration) {
+	deadline := time.NewTimer(max)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	all := append([]*tenantStats{noisy}, small...)
+	for len(pending(cfg, all)) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // caughtUp reports whether every destination applied all of the noisy

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +56,41 @@ func TestTrackerCountsAppliedRecordsPerTenantAndDest(t *testing.T) {
 	}
 	if got := tr.Total("clickhouse"); got != 0 {
 		t.Errorf("Total(clickhouse) = %d, want 0", got)
+	}
+}
+
+// TestWaitSettled: the summary waits for stored events still on their
+// way, and says how many a destination had not applied when it gave up.
+func TestWaitSettled(t *testing.T) {
+	t.Parallel()
+	tr := NewTracker()
+	pg := tr.Wrap(&fakeSink{})
+	cfg := Config{Tracker: tr, Dests: []string{"pg"}}
+	a := &tenantStats{name: "a", accepted: 2}
+	rec := sink.Record{Event: events.Event{Tenant: "a", ProductID: "1"}, PublishedAt: time.Now()}
+	if _, err := pg.Apply(t.Context(), []sink.Record{rec}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pending(cfg, []*tenantStats{a}); got["pg"] != 1 {
+		t.Fatalf("pending = %v, want pg: 1", got)
+	}
+	start := time.Now()
+	waitSettled(t.Context(), cfg, a, nil, 50*time.Millisecond) // gives up
+	if time.Since(start) < 50*time.Millisecond {
+		t.Fatal("waitSettled returned before its limit with an event not applied")
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		_, _ = pg.Apply(context.Background(), []sink.Record{rec})
+	}()
+	waitSettled(t.Context(), cfg, a, nil, time.Minute) // the event arrives
+	if got := pending(cfg, []*tenantStats{a}); len(got) != 0 {
+		t.Fatalf("pending after settling = %v, want none", got)
+	}
+	var out strings.Builder
+	cfg.Out = &out
+	summary(t.Context(), cfg, time.Second, &tenantStats{name: "noisy"}, []*tenantStats{{name: "b", accepted: 3}})
+	if !strings.Contains(out.String(), "3 stored events not applied yet") {
+		t.Errorf("summary does not say what is still on its way:\n%s", out.String())
 	}
 }

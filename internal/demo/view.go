@@ -159,6 +159,7 @@ func summary(ctx context.Context, cfg Config, elapsed time.Duration, noisy *tena
 	for _, d := range cfg.Dests {
 		w = max(w, len(d))
 	}
+	behind := pending(cfg, append([]*tenantStats{noisy}, small...))
 	for _, d := range cfg.Dests {
 		var parts []string
 		var smallSum int64
@@ -174,7 +175,11 @@ func summary(ctx context.Context, cfg Config, elapsed time.Duration, noisy *tena
 		for _, s := range small {
 			per = append(per, fmt.Sprintf("%d", tr.Applied(s.name, d)))
 		}
-		fmt.Fprintf(out, "    %-*s  %s%s)\n", w, d, strings.Join(parts, ", "), strings.Join(per, " "))
+		note := ""
+		if n := behind[d]; n > 0 {
+			note = fmt.Sprintf("; %d stored events not applied yet when the demo stopped", n)
+		}
+		fmt.Fprintf(out, "    %-*s  %s%s)%s\n", w, d, strings.Join(parts, ", "), strings.Join(per, " "), note)
 	}
 	np50, np99, nn := tr.Latency(noisy.name)
 	sp50, sp99, sn := tr.Latency(smallNames(small)...)
