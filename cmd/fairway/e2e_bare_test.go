@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +19,6 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -48,8 +44,9 @@ import (
 
 // bareConsumer is how one destination consumes: Workers goroutines
 // fetching up to Batch events (waiting at most 200 ms for a batch to
-// fill), as fairway's runners apply items of the dispatcher's sizes
-// (500; 5,000 for ClickHouse) with their default concurrency.
+// fill). The batches are the sizes of the dispatcher's items (500; 5,000
+// for ClickHouse); the workers are 4 everywhere, as fairway's runners
+// default to, except ClickHouse's, which applies 16 items at once.
 type bareConsumer struct {
 	Dest           string
 	Workers, Batch int
@@ -75,8 +72,6 @@ type bareEvent struct {
 // receiver as the pipeline. It implements e2eSystem.
 type bareSystem struct {
 	stores  e2eStores
-	ns      *server.Server
-	nc      *nats.Conn
 	js      jetstream.JetStream
 	pool    *pgxpool.Pool
 	chConn  ch.Conn
@@ -107,6 +102,12 @@ func (s *bareSystem) err() error {
 		return *p
 	}
 	return nil
+}
+
+// stop ends the consumers and waits for them.
+func (s *bareSystem) stop() {
+	s.cancel()
+	s.wg.Wait()
 }
 
 // fail records the first error of a component and ends the run.
@@ -161,41 +162,12 @@ func startBare(tb testing.TB, ctx context.Context, db string) (*bareSystem, stri
 	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: time.Minute}
 	tb.Cleanup(s.client.CloseIdleConnections)
 
-	// JetStream as the pipeline runs it: embedded, file storage, the
-	// PRODUCTS stream's configuration (duplicate window included).
-	storeDir := tb.TempDir()
-	s.ns, err = server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: storeDir, NoSigs: true, NoLog: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.ns.Start()
-	tb.Cleanup(func() { s.ns.Shutdown(); s.ns.WaitForShutdown() })
-	if !s.ns.ReadyForConnections(10 * time.Second) {
-		tb.Fatal("embedded NATS did not start in 10 s")
-	}
-	if s.nc, err = nats.Connect(s.ns.ClientURL()); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(s.nc.Close)
-	if s.js, err = jetstream.New(s.nc); err != nil {
-		tb.Fatal(err)
-	}
-	stream, err := events.EnsureStream(ctx, s.js, events.StreamConfig{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	tb.Cleanup(func() { cancel(); s.wg.Wait() })
-	for _, c := range bareConsumers {
-		name := strings.ReplaceAll(c.Dest, ":", "_")
-		cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
-			MaxAckPending: 100_000, AckWait: time.Minute})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		nc, err := nats.Connect(s.ns.ClientURL(), nats.Name("bare-"+name)) // a process of its own
+	// JetStream as the pipeline runs it: embedded (the same server
+	// options), file storage, the PRODUCTS stream's configuration
+	// (duplicate window included).
+	ns := testenv.NATSServer(tb, tb.TempDir())
+	connect := func(name string) jetstream.JetStream {
+		nc, err := nats.Connect(ns.ClientURL(), nats.Name(name))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -204,7 +176,22 @@ func startBare(tb testing.TB, ctx context.Context, db string) (*bareSystem, stri
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if cons, err = js.Consumer(ctx, events.StreamName, name); err != nil {
+		return js
+	}
+	s.js = connect("bare-ingest")
+	if _, err := events.EnsureStream(ctx, s.js, events.StreamConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	tb.Cleanup(s.stop)
+	for _, c := range bareConsumers {
+		name := strings.ReplaceAll(c.Dest, ":", "_")
+		js := connect("bare-" + name) // a process of its own
+		cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamName, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
+			MaxAckPending: 100_000, AckWait: time.Minute})
+		if err != nil {
 			tb.Fatal(err)
 		}
 		apply := s.applier(c.Dest)
@@ -306,7 +293,10 @@ func (s *bareSystem) consume(ctx context.Context, cons jetstream.Consumer, c bar
 				s.fail(fmt.Errorf("%s: seq %d: %w", c.Dest, md.Sequence.Stream, err))
 				return
 			}
-			r.tenant = strings.Split(m.Subject(), ".")[1]
+			if r.tenant, _, err = events.ParseSubject(m.Subject()); err != nil {
+				s.fail(fmt.Errorf("%s: seq %d: %w", c.Dest, md.Sequence.Stream, err))
+				return
+			}
 			r.seq, r.stored = md.Sequence.Stream, md.Timestamp
 			msgs, recs = append(msgs, m), append(recs, r)
 		}
@@ -389,8 +379,9 @@ func (s *bareSystem) applyClickHouse(ctx context.Context, recs []bareRecord) err
 	return latest.Send()
 }
 
-// applyPartner POSTs each tenant's events as one signed b2b.Body, built
-// with encoding/json (BenchmarkBareSignedPost's request).
+// applyPartner POSTs each tenant's events as one b2b.Body built with
+// encoding/json and signed with b2b.Sign (BenchmarkBareSignedPost's
+// request).
 func (s *bareSystem) applyPartner(ctx context.Context, recs []bareRecord) error {
 	byTenant := map[string]*b2b.Body{}
 	for _, r := range recs {
@@ -407,18 +398,15 @@ func (s *bareSystem) applyPartner(ctx context.Context, recs []bareRecord) error 
 		if err != nil {
 			return err
 		}
-		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		mac := hmac.New(sha256.New, pipelineSecret)
-		mac.Write([]byte(ts + "."))
-		mac.Write(raw)
+		now := time.Now()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.stores.Receiver.URL(), bytes.NewReader(raw))
 		if err != nil {
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(b2b.HeaderIdempotencyKey, fmt.Sprintf("%s-%d-%d", body.Tenant, body.Events[0].Seq, len(body.Events)))
-		req.Header.Set(b2b.HeaderTimestamp, ts)
-		req.Header.Set(b2b.HeaderSignature, "v1="+hex.EncodeToString(mac.Sum(nil)))
+		req.Header.Set(b2b.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+		req.Header.Set(b2b.HeaderSignature, b2b.Sign(pipelineSecret, now, raw))
 		resp, err := s.client.Do(req)
 		if err != nil {
 			return err

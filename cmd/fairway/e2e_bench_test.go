@@ -63,7 +63,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 func BenchmarkEndToEndBare(b *testing.B) {
 	benchE2E(b, func(ctx context.Context, load e2eLoad) (e2eSystem, string, func() error) {
 		s, baseURL := startBare(b, ctx, "fairway_bench_bare")
-		return s, baseURL, func() error { s.cancel(); s.wg.Wait(); return nil }
+		return s, baseURL, func() error { s.stop(); return nil }
 	})
 }
 

@@ -23,7 +23,7 @@ type Config struct {
 	BaseURL      string        // ingest base URL (required)
 	Client       *http.Client  // default: 30 s timeout
 	Out          io.Writer     // live view and summary (required)
-	Duration     time.Duration // 0: until ctx ends, or the import is done and 10 s passed
+	Duration     time.Duration // 0: until ctx ends, or every destination applied the import and 5 s more passed
 	NoisyRows    int           // default 200,000
 	SmallTenants int           // default 12
 	SmallRate    float64       // events/s per small tenant, default 5
@@ -234,18 +234,7 @@ func waitSettled(ctx context.Context, cfg Config, noisy *tenantStats, small []*t
 // caughtUp reports whether every destination applied all of the noisy
 // tenant's stored rows.
 func caughtUp(cfg Config, noisy *tenantStats) bool {
-	if cfg.Tracker == nil {
-		return true
-	}
-	noisy.mu.Lock()
-	stored := noisy.importDone
-	noisy.mu.Unlock()
-	for _, d := range cfg.Dests {
-		if cfg.Tracker.Applied(noisy.name, d) < stored {
-			return false
-		}
-	}
-	return true
+	return len(pending(cfg, []*tenantStats{noisy})) == 0
 }
 
 // runSmall publishes one event at a time at cfg.SmallRate and records the

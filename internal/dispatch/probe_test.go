@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -115,7 +116,7 @@ func (p *stallProbe) report() string {
 	var b strings.Builder
 	for _, n := range names {
 		s := p.slow[n]
-		slices.SortFunc(s, func(a, b probeSample) int { return int(b.took - a.took) })
+		slices.SortFunc(s, func(a, b probeSample) int { return cmp.Compare(b.took, a.took) })
 		fmt.Fprintf(&b, "%s: %d probes, %d ≥ %v", n, p.runs[n], len(s), probeSlow)
 		for i, x := range s[:min(len(s), 8)] {
 			if i == 0 {
