@@ -237,7 +237,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	r := noisyResult{name: "fairway"}
 	e := newBenchEnv(b, ctx, true)
 	defer e.close()
-	admin := e.store()
+	admin := e.store("admin")
 	setLimit := func(tenant string, limit int) {
 		if _, err := admin.EnsureTenant(ctx, tenant); err != nil {
 			b.Fatal(err)
@@ -258,7 +258,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 
 	d := newDrain(cfg.noisyN)
 	obs, rec := e.observeWork(tenancy.DestPostgres, func(t string) bool { return !cfg.isNoisy(t) })
-	sinkStore := e.store()
+	sinkStore := e.store("sink")
 	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, sinkStore, cfg.isNoisy, d)
 	defer sink.stop()
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
@@ -269,8 +269,10 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 		Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0), Quantum: int64(testenv.EnvInt(b, "FAIRWAY_BENCH_QUANTUM", 0))})
 	disp := reps.ds[0]
 	cyc := &grantCycle{tenant: noisyTenant}
-	disp.SetBeforeDispatch(cyc.before)
-	disp.SetAfterCommit(cyc.commit)
+	hops := newHopLog(func(t string) bool { return !cfg.isNoisy(t) })
+	disp.SetBeforeDispatch(func(g scheduler.Grant) { cyc.before(g); hops.before(g) })
+	disp.SetAfterCommit(func(ls []tenancy.Lease) { cyc.commit(ls); hops.commit(ls) })
+	disp.SetOnBell(hops.ring)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
@@ -296,7 +298,8 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	stopServerProfile()
 	r.lat, r.missing = latencies(tr, until, deadline, obs.when)
 	r.take, r.takeMissing = latencies(tr, until, deadline, sink.takes.when)
-	b.Logf("fairway: the slowest small-tenant events (published at +t after the drain began at %s): %s", t0.Format("15:04:05.000"), slowest(tr, t0, until, deadline, obs.when, 20))
+	b.Logf("fairway: the slowest small-tenant events (published at +t after the drain began at %s): %s", t0.Format("15:04:05.000"), slowest(tr, t0, until, deadline, obs.when, hops, 20))
+	b.Logf("fairway: small-tenant hops, %s", hops.summary(tr, until, deadline, obs.when))
 	if probe != nil {
 		b.Logf("fairway: stall probes: %s", probe.report())
 	}
@@ -464,7 +467,7 @@ func BenchmarkManyTenants(b *testing.B) {
 	defer cancel()
 	e := newBenchEnv(b, ctx, true)
 	defer e.close()
-	admin := e.store()
+	admin := e.store("admin")
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("m%05d", i)
@@ -496,7 +499,7 @@ func BenchmarkManyTenants(b *testing.B) {
 
 	obs, rec := e.observeWork(tenancy.DestPostgres, func(string) bool { return true })
 	applied := newDrain(1)
-	sink := e.startFakeSink(tenancy.DestPostgres, 16, e.store(), func(string) bool { return false }, applied)
+	sink := e.startFakeSink(tenancy.DestPostgres, 16, e.store("sink"), func(string) bool { return false }, applied)
 	defer sink.stop()
 	reps := e.newReplicas(dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench",
 		Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0)})

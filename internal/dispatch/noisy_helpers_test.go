@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -16,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -96,10 +99,17 @@ func (e *benchEnv) js(nc *nats.Conn) jetstream.JetStream {
 }
 
 // store opens a new pool (pgxpool defaults, as cmd/dispatcher and
-// cmd/sinks do) and a Store on it.
-func (e *benchEnv) store() *tenancy.Store {
+// cmd/sinks do) and a Store on it. Its connections carry role as their
+// application_name, so that cpuSplit can tell whose statements
+// PostgreSQL's CPU went to.
+func (e *benchEnv) store(role string) *tenancy.Store {
 	e.tb.Helper()
-	pool, err := pgxpool.New(e.ctx, e.dsn)
+	pc, err := pgxpool.ParseConfig(e.dsn)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = "bench-" + role
+	pool, err := pgxpool.NewWithConfig(e.ctx, pc)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
@@ -555,10 +565,114 @@ func latencies(tr *trickle, until, deadline time.Time, when func(tenant string, 
 // its publish began, its latency, and whether it was seen at all.
 type sample struct {
 	tenant string
+	seq    uint64
 	at     time.Time
 	lat    time.Duration
 	seen   bool
 	ack    time.Duration // of the publish
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// hopLog records when the dispatcher's doorbell rang for each event
+// (Dispatcher.SetOnBell) and when the grant that dispatched it began and
+// committed (SetBeforeDispatch, SetAfterCommit), for the tenants keep
+// takes, so that a slow event's wait can be split into its hops:
+// publish → doorbell → grant → commit → work item seen.
+type hopLog struct {
+	keep  func(tenant string) bool
+	mu    sync.Mutex
+	bell  map[string]time.Time    // tenant + " " + seq
+	grant map[string]time.Time    // tenant → its grant in progress began
+	done  map[string][2]time.Time // tenant + " " + seq → grant began, committed
+}
+
+func newHopLog(keep func(tenant string) bool) *hopLog {
+	return &hopLog{keep: keep, bell: map[string]time.Time{}, grant: map[string]time.Time{}, done: map[string][2]time.Time{}}
+}
+
+func hopKey(tenant string, seq uint64) string { return tenant + " " + strconv.FormatUint(seq, 10) }
+
+func (h *hopLog) ring(tenant string, seq uint64) {
+	if !h.keep(tenant) {
+		return
+	}
+	at := time.Now()
+	h.mu.Lock()
+	h.bell[hopKey(tenant, seq)] = at
+	h.mu.Unlock()
+}
+
+func (h *hopLog) before(g scheduler.Grant) {
+	if !h.keep(g.Key.Tenant) {
+		return
+	}
+	at := time.Now()
+	h.mu.Lock()
+	h.grant[g.Key.Tenant] = at
+	h.mu.Unlock()
+}
+
+func (h *hopLog) commit(ls []tenancy.Lease) {
+	if len(ls) == 0 || !h.keep(ls[0].Tenant) {
+		return
+	}
+	at := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	began := h.grant[ls[0].Tenant]
+	for _, l := range ls {
+		for seq := l.FromSeq; seq <= l.ToSeq && seq < l.FromSeq+64; seq++ {
+			h.done[hopKey(l.Tenant, seq)] = [2]time.Time{began, at}
+		}
+	}
+}
+
+// summary gives the p50 and p99 of each hop over the events tr published
+// before until that were dispatched (publish → ack, ack → doorbell,
+// doorbell → grant, grant → commit, commit → work item seen): where the
+// small tenants' time goes as a whole, not only in the slowest events.
+func (h *hopLog) summary(tr *trickle, until, deadline time.Time, when func(tenant string, seq uint64) (time.Time, bool)) string {
+	names := []string{"ack", "ack → bell", "bell → grant", "grant → commit", "commit → item"}
+	hops := make([][]time.Duration, len(names))
+	h.mu.Lock()
+	for _, s := range samples(tr, until, deadline, when) {
+		k := hopKey(s.tenant, s.seq)
+		bell, ok1 := h.bell[k]
+		d, ok2 := h.done[k]
+		if !s.seen || !ok1 || !ok2 || d[0].Before(bell) {
+			continue // delivered by the start-up scan, or a grant that began before its bell
+		}
+		ack := s.at.Add(s.ack)
+		for i, v := range []time.Duration{s.ack, bell.Sub(ack), d[0].Sub(bell), d[1].Sub(d[0]), s.at.Add(s.lat).Sub(d[1])} {
+			hops[i] = append(hops[i], v)
+		}
+	}
+	h.mu.Unlock()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d events:", len(hops[0]))
+	for i, n := range names {
+		slices.Sort(hops[i])
+		fmt.Fprintf(&sb, " %s p50 %.1f p99 %.1f ms;", n, testenv.Percentile(hops[i], 50), testenv.Percentile(hops[i], 99))
+	}
+	return sb.String()
+}
+
+// hops describes the hops of tenant's event seq published at pub.
+func (h *hopLog) hops(tenant string, seq uint64, pub time.Time) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var sb strings.Builder
+	k := hopKey(tenant, seq)
+	if at, ok := h.bell[k]; ok {
+		fmt.Fprintf(&sb, ", bell %.1fms", ms(at.Sub(pub)))
+	} else {
+		sb.WriteString(", no bell")
+	}
+	if d, ok := h.done[k]; ok {
+		fmt.Fprintf(&sb, ", grant %.1fms, commit %.1fms", ms(d[0].Sub(pub)), ms(d[1].Sub(pub)))
+	}
+	return sb.String()
 }
 
 // samples are the events tr published before until with their latencies
@@ -576,7 +690,7 @@ func samples(tr *trickle, until, deadline time.Time, when func(tenant string, se
 			if !ok {
 				at = deadline
 			}
-			out = append(out, sample{tenant, r.at, at.Sub(r.at), ok, r.ack})
+			out = append(out, sample{tenant, r.seq, r.at, at.Sub(r.at), ok, r.ack})
 		}
 	}
 	return out
@@ -613,9 +727,11 @@ func liveHeap() uint64 {
 }
 
 // slowest describes the k slowest small-tenant events published before
-// until: when each was published (after t0), its latency and tenant, in
-// publish order, so that a p99 can be traced to a moment of the drain.
-func slowest(tr *trickle, t0, until, deadline time.Time, when func(tenant string, seq uint64) (time.Time, bool), k int) string {
+// until: when each was published (after t0), its latency and tenant, its
+// publish's ack time and, with bells, when the doorbell rang for it (after
+// its publish), in publish order, so that a p99 can be traced to a moment
+// of the drain and a hop.
+func slowest(tr *trickle, t0, until, deadline time.Time, when func(tenant string, seq uint64) (time.Time, bool), hops *hopLog, k int) string {
 	all := samples(tr, until, deadline, when)
 	slices.SortFunc(all, func(a, b sample) int { return cmp.Compare(b.lat, a.lat) })
 	all = all[:min(k, len(all))]
@@ -625,7 +741,11 @@ func slowest(tr *trickle, t0, until, deadline time.Time, when func(tenant string
 		if i > 0 {
 			sb.WriteString(", ")
 		}
-		fmt.Fprintf(&sb, "+%.2fs %.1fms %s (ack %.1fms)", s.at.Sub(t0).Seconds(), float64(s.lat)/float64(time.Millisecond), s.tenant, float64(s.ack)/float64(time.Millisecond))
+		fmt.Fprintf(&sb, "+%.2fs %.1fms %s (ack %.1fms", s.at.Sub(t0).Seconds(), ms(s.lat), s.tenant, ms(s.ack))
+		if hops != nil {
+			sb.WriteString(hops.hops(s.tenant, s.seq, s.at))
+		}
+		sb.WriteString(")")
 	}
 	return sb.String()
 }
@@ -645,8 +765,61 @@ func (e *benchEnv) cpuSplit(done <-chan struct{}) func() string {
 	pg := testenv.CommandCPU("postgres")
 	s0, n0, t0 := self(), server(), time.Now()
 	return atDone(done, func() string {
-		return fmt.Sprintf("CPU over %v: this process %v, NATS server %v, PostgreSQL %v",
+		return fmt.Sprintf("CPU over %v: this process %v, NATS server %v, PostgreSQL %v (%s)",
 			time.Since(t0).Round(time.Millisecond), (self() - s0).Round(10*time.Millisecond),
-			(server() - n0).Round(10*time.Millisecond), testenv.CPUSince(pg, "postgres").Round(10*time.Millisecond))
+			(server() - n0).Round(10*time.Millisecond), testenv.CPUSince(pg, "postgres").Round(10*time.Millisecond),
+			e.pgSplit(pg))
 	}, "CPU: not drained")
+}
+
+// pgSplit says how the CPU PostgreSQL's processes used since before
+// divides among its backends, by application_name (or backend type for
+// its own processes), largest first.
+func (e *benchEnv) pgSplit(before map[int]time.Duration) string {
+	if e.dsn == "" {
+		return "no database"
+	}
+	names := map[int]string{}
+	conn, err := pgx.Connect(e.ctx, e.dsn)
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close(e.ctx)
+	rows, err := conn.Query(e.ctx, `SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity`)
+	if err != nil {
+		return err.Error()
+	}
+	for rows.Next() {
+		var pid int32
+		var name string
+		if err := rows.Scan(&pid, &name); err != nil {
+			return err.Error()
+		}
+		names[int(pid)] = name
+	}
+	if rows.Err() != nil {
+		return rows.Err().Error()
+	}
+	by := map[string]time.Duration{}
+	now := testenv.CommandCPU("postgres")
+	for pid, used := range now {
+		name := names[pid]
+		if name == "" {
+			name = "other"
+		}
+		by[name] += used - before[pid]
+	}
+	keys := slices.Collect(maps.Keys(by))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(by[b], by[a]) })
+	var sb strings.Builder
+	for _, k := range keys {
+		if by[k] < 10*time.Millisecond {
+			continue
+		}
+		if sb.Len() > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%s %v", k, by[k].Round(10*time.Millisecond))
+	}
+	return sb.String()
 }

@@ -53,7 +53,7 @@ func (e *benchEnv) newReplicas(n int, cfg dispatch.Config) *replicas {
 			c.Holder = fmt.Sprintf("%s-%d", cfg.Holder, i)
 		}
 		reg := prometheus.NewRegistry()
-		st := e.store()
+		st := e.store("dispatcher")
 		r.stores = append(r.stores, st)
 		d, err := dispatch.New(dispatch.Deps{Store: st, NATS: e.conn(fmt.Sprintf("dispatcher-%d", i)),
 			Doorbell: e.conn(fmt.Sprintf("dispatcher-%d-doorbell", i)), Registry: reg}, &c)
