@@ -251,42 +251,19 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	if h := d.hooks.afterCommit; h != nil {
 		h(leases)
 	}
-	if denseTimes != nil {
-		times = <-denseTimes
-	}
+	// The grant ends here, before its items are published: the cursor and
+	// the slots are committed, so the tenant's next grant may begin while
+	// these items go out. A tenant's grants are otherwise a chain (one at
+	// a time), and a flood drained no faster than one grant per commit
+	// plus publish: the publish's acks were more than half of each link
+	// (BenchmarkNoisyNeighbor, docs/dispatcher.md "Pipelined grants"). An
+	// item that fails to publish hands its lease back as it did before.
 	now := d.cfg.Clock().UTC()
-	var (
-		wg   sync.WaitGroup
-		sent int
-	)
-	for i, l := range leases {
-		sent += counts[i]
-		it := work.Item{
-			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i], Times: times[i],
-			LeaseID: l.ID, Token: l.Token, DispatchedAt: now, Replay: l.FromSeq < replayUntil,
-			CaughtUp: i == len(ranges)-1 && caughtUp(source, pending, backDone),
-		}
-		if it.Replay {
-			d.m.replayed.WithLabelValues(x.name).Add(float64(it.Count))
-		}
-		wg.Go(func() {
-			if err := d.publish(ctx, it); err != nil {
-				d.log.Warn("work item not published; handing the batch back", "item", it.MsgID(), "err", err)
-				d.m.errors.WithLabelValues(x.name, "publish").Inc()
-				d.handBack(l)
-				return
-			}
-			d.m.items.WithLabelValues(x.name).Inc()
-			d.m.events.WithLabelValues(x.name).Add(float64(it.Count))
-		})
-	}
-	wg.Wait()
+	sent := sum(counts[:len(leases)])
 	if lim != nil {
 		lim.ReserveN(now, sent) // sent ≤ n ≤ burst: the limiter's debt paces the next grant
 	}
-	if !first.IsZero() {
-		d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(first).Seconds())
-	}
+	itemsCaughtUp := caughtUp(source, pending, backDone)
 	next := leases[len(leases)-1].ToSeq + 1
 	for _, c := range counts[len(leases):] {
 		pending += uint64(c) // batches that found no slot wait again
@@ -310,6 +287,36 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	}
 	x.mu.Unlock()
 	x.finish(k, next, sent, pending, bells)
+	x.kick()
+
+	if denseTimes != nil {
+		times = <-denseTimes
+	}
+	var wg sync.WaitGroup
+	for i, l := range leases {
+		it := work.Item{
+			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i], Times: times[i],
+			LeaseID: l.ID, Token: l.Token, DispatchedAt: now, Replay: l.FromSeq < replayUntil,
+			CaughtUp: i == len(ranges)-1 && itemsCaughtUp,
+		}
+		if it.Replay {
+			d.m.replayed.WithLabelValues(x.name).Add(float64(it.Count))
+		}
+		wg.Go(func() {
+			if err := d.publish(ctx, it); err != nil {
+				d.log.Warn("work item not published; handing the batch back", "item", it.MsgID(), "err", err)
+				d.m.errors.WithLabelValues(x.name, "publish").Inc()
+				d.handBack(l)
+				return
+			}
+			d.m.items.WithLabelValues(x.name).Inc()
+			d.m.events.WithLabelValues(x.name).Add(float64(it.Count))
+		})
+	}
+	wg.Wait()
+	if !first.IsZero() {
+		d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(first).Seconds())
+	}
 }
 
 // replayBudget meters a replaying tenant (its cursor below replayUntil):
