@@ -187,10 +187,12 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	)
 	if ok {
 		times = x.indexTimes(ts, ranges, counts)
-	} else if replayUntil > from {
-		ranges, counts, lists, times, first, pending, ok = x.fromFeed(ts, k.Tenant, from, n)
-		source = "feed"
 	}
+	// A dense run comes before the replay feed: its times come from a few
+	// direct gets per grant (denseTimes), where the feed's consumer
+	// delivers every replayed event once more, about 10 µs of CPU an
+	// event (docs/dispatcher.md, "Replays"). The feed is for replayed
+	// ranges that are not dense.
 	if !ok {
 		ranges, counts, pending, ok = x.dense(ts, from, n)
 		lists, source = make([][]uint64, len(ranges)), "dense"
@@ -198,6 +200,10 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 			denseTimes = make(chan []*work.Times, 1)
 			go func() { denseTimes <- x.denseTimes(ctx, k.Tenant, ranges, counts) }()
 		}
+	}
+	if !ok && replayUntil > from {
+		ranges, counts, lists, times, first, pending, ok = x.fromFeed(ts, k.Tenant, from, n)
+		source = "feed"
 	}
 	if !ok {
 		source = "read"

@@ -16,9 +16,10 @@ import (
 // replayFeed learns a replayed range's sequences and store times for one
 // (tenant, destination) while it replays, so that its grants are cut like
 // the live ones (tight ranges, lists, store times: the sinks read the
-// events without headers) instead of by arithmetic or from a read. The
-// doorbell and the backfill cannot tell: a replay rewinds below what they
-// delivered, and the index forgot it.
+// events without headers) instead of from a read. The doorbell and the
+// backfill cannot tell: a replay rewinds below what they delivered, and
+// the index forgot it. A dense replayed range needs no feed: it is cut by
+// arithmetic, its times learned with a few direct gets (destination.dense).
 //
 // It is one ephemeral pull consumer on PRODUCTS, filtered to the tenant's
 // subjects, headers only, no acks, in memory, from the rewound cursor, on
@@ -32,9 +33,9 @@ import (
 // Replays are rare operator actions: one transient consumer per active
 // replay, not one per tenant.
 //
-// Whatever the feed does not know (not started yet, behind, failed) is cut
-// as before (dense or read); the cursor check in tenancy.DispatchMany
-// still decides every range.
+// Whatever the feed does not know (not started yet, behind, failed) is
+// read; the cursor check in tenancy.DispatchMany still decides every
+// range.
 type replayFeed struct {
 	tenant, dest string
 	start, until uint64 // the range it covers: [start, until)

@@ -13,12 +13,13 @@ import (
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
-// A replay's items are cut from its feed: each carries its events' store
-// times (to the millisecond, as PRODUCTS stored them), the replayed range
-// is covered exactly once, and the feed never holds more than
-// ReplayLookahead events. Both for a dense range (which would otherwise be
-// cut by arithmetic, without times) and for one interleaved with another
-// tenant (which would otherwise be read).
+// A replay's items carry their events' store times (to the millisecond, as
+// PRODUCTS stored them) and the replayed range is covered exactly once. A
+// range interleaved with another tenant's events (which would otherwise be
+// read) is cut from the replay feed, which never holds more than
+// ReplayLookahead events; a dense range is cut by arithmetic, its times
+// learned with a few direct gets per grant, and no feed runs for it (the
+// feed would deliver every replayed event once more).
 func TestReplayFeedCarriesTimes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -38,10 +39,7 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 			e.tenant("other", 1, 8, pg)
 			var seqs []uint64
 			if tc.interleaved {
-				for range n / 30 {
-					seqs = append(seqs, e.publish("big", 30)...)
-					e.publish("other", 3)
-				}
+				seqs = e.publishInterleaved("big", "other", n)
 			} else {
 				seqs = e.publish("big", n)
 			}
@@ -78,7 +76,15 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 			feed := d.Grants(pg, "feed")
 			others := d.Grants(pg, "read") - reads + d.Grants(pg, "dense") - dense
 			indexed := d.Grants(pg, "index") - index
-			if others > float64(len(replayed))/5 || feed < float64(len(replayed))-others-indexed {
+			switch {
+			case !tc.interleaved:
+				// Dense: every grant not from the index is cut by
+				// arithmetic, none read, no feed.
+				if feed != 0 || d.Grants(pg, "read") != reads || d.Grants(pg, "dense")-dense < float64(len(replayed))-indexed {
+					t.Errorf("dense replay grants: %.0f from a feed, %.0f read, %.0f dense, %.0f from the index, for %d items",
+						feed, d.Grants(pg, "read")-reads, d.Grants(pg, "dense")-dense, indexed, len(replayed))
+				}
+			case others > float64(len(replayed))/5 || feed < float64(len(replayed))-others-indexed:
 				t.Errorf("replay grants: %.0f from the feed, %.0f from the index, %.0f read or dense, for %d items", feed, indexed, others, len(replayed))
 			}
 			rd := work.NewReader(e.nc, "")
@@ -88,7 +94,11 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 					t.Errorf("item %d..%d not flagged as a replay", it.FromSeq, it.ToSeq)
 				}
 				if it.Times == nil {
+					// Its sinks read it with headers: all of it.
 					without++
+					if got, err := rd.ReadItem(e.ctx, it); err != nil || len(got) != it.Count {
+						t.Fatalf("item %d..%d without times: read %d events of %d: %v", it.FromSeq, it.ToSeq, len(got), it.Count, err)
+					}
 					continue
 				}
 				stored, err := rd.ReadItemHeaders(e.ctx, it)
@@ -112,15 +122,20 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 					t.Fatalf("item %d..%d (%d events, %d listed) not read bare", it.FromSeq, it.ToSeq, it.Count, len(it.Seqs))
 				}
 			}
-			if without > int(others) {
-				t.Errorf("%d of %d replayed items carry no store times (%.0f grants not from the feed)", without, len(replayed), others)
+			// From the feed every item has times. A dense grant's come from
+			// a few direct gets (work.RangeTimes), which give up on an item
+			// whose events span more milliseconds than it has events / 16
+			// (publishes slowed by -race spread them): those are read with
+			// headers, as checked above, but most must carry times.
+			if tc.interleaved && without > int(others) || !tc.interleaved && without > len(replayed)/2 {
+				t.Errorf("%d of %d replayed items carry no store times (%.0f grants read or dense)", without, len(replayed), others)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if peak == 0 || peak > lookahead {
-				t.Errorf("the feed held up to %d events, bound %d", peak, lookahead)
+			if tc.interleaved && (peak == 0 || peak > lookahead) || !tc.interleaved && peak != 0 {
+				t.Errorf("the feed held up to %d events, bound %d (interleaved %v)", peak, lookahead, tc.interleaved)
 			}
-			t.Logf("%d replayed items, %.0f grants from the feed, %.0f from the index, %.0f read or dense, feed held at most %d events", len(replayed), feed, indexed, others, peak)
+			t.Logf("%d replayed items (%d without times), %.0f grants from the feed, %.0f from the index, %.0f read or dense, feed held at most %d events", len(replayed), without, feed, indexed, others, peak)
 
 			// At the replay's end the feed is gone, its consumer too: only
 			// the doorbell (and perhaps the finished backfill's, going away)
@@ -132,18 +147,19 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 }
 
 // A feed that cannot start (the stream is at its consumer limit) leaves
-// the replay to the arithmetic as before: dispatched exactly once, nothing
-// lost.
+// the replay to reads as before: dispatched exactly once, nothing lost.
 func TestReplayFeedFallback(t *testing.T) {
 	t.Parallel()
-	const n, batch = 2000, 100
+	const n, batch = 2010, 100
 	e := setup(t, time.Minute)
 	e.tenant("big", 1, 8, pg)
-	seqs := e.publish("big", n)
+	e.tenant("other", 1, 8, pg)
+	seqs := e.publishInterleaved("big", "other", n)
 	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, Backfill: -1}, nil)
 	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
 	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
 	before := len(s.snapshot())
+	reads := d.Grants(pg, "read")
 	// The doorbell is PRODUCTS' one consumer; no room for a feed's.
 	e.waitFor("the doorbell alone", func() bool { return e.productsConsumers() == 1 })
 	e.setMaxConsumers(1)
@@ -159,8 +175,8 @@ func TestReplayFeedFallback(t *testing.T) {
 	if got := d.FeedErrors(pg); got != 1 {
 		t.Errorf("%.0f feeds gave up, want 1 (and no retry for every grant)", got)
 	}
-	if d.Grants(pg, "dense") == 0 {
-		t.Errorf("the replay was not cut by arithmetic")
+	if d.Grants(pg, "read") == reads {
+		t.Errorf("the replay was not read")
 	}
 }
 
@@ -171,7 +187,8 @@ func TestReplayFeedStops(t *testing.T) {
 	const n, batch = 3000, 100
 	e := setup(t, time.Minute)
 	e.tenant("big", 1, 8, pg)
-	seqs := e.publish("big", n)
+	e.tenant("other", 1, 8, pg)
+	seqs := e.publishInterleaved("big", "other", n)
 	ctx, stop := context.WithCancel(e.ctx)
 	d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc}, &dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, Backfill: -1})
 	if err != nil {
@@ -214,6 +231,19 @@ func TestReplayFeedStops(t *testing.T) {
 	if got := e.feedConsumers(); got != 0 {
 		t.Errorf("%d feed consumers left on PRODUCTS after the dispatcher stopped", got)
 	}
+}
+
+// publishInterleaved publishes n events of tenant (a multiple of 30) in
+// runs of 30, each followed by 3 of other's, so that no range of tenant's
+// is dense; it returns tenant's sequences.
+func (e *env) publishInterleaved(tenant, other string, n int) []uint64 {
+	e.t.Helper()
+	var seqs []uint64
+	for range n / 30 {
+		seqs = append(seqs, e.publish(tenant, 30)...)
+		e.publish(other, 3)
+	}
+	return seqs
 }
 
 // productsConsumers is the number of consumers PRODUCTS has.
