@@ -80,9 +80,10 @@ type Config struct {
 	GrantBatches int
 
 	// Concurrency is how many grants one destination dispatches at once
-	// (for different tenants: one tenant's grants are dispatched one at a
-	// time). When a destination has more ready tenants than this, they wait
-	// in weighted round-robin order. Default 16: grants in flight at once
+	// (for different tenants: one tenant's grants are cut and committed
+	// one at a time; a grant's work items are published after it ends and
+	// do not count). When a destination has more ready tenants than this,
+	// they wait in weighted round-robin order. Default 16: grants in flight at once
 	// share their PostgreSQL statements (tenancy, "Grouped statements"),
 	// and with 4 the small tenants of the noisy-neighbour benchmark queued
 	// behind each other (docs/benchmarks.md).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,6 +65,15 @@ type tenantState struct {
 	// feed learns the replayed range's sequences and store times while
 	// this dispatcher replays the pair (replay_feed.go); nil: none.
 	feed *replayFeed
+	// denseNoTimes is the replayUntil of the replay whose dense grants
+	// mostly could not learn their items' store times: that replay's
+	// grants go to the feed first. 0: none. denseStats counts the dense
+	// grants of the replay ending at its until (countDenseTimes).
+	denseNoTimes uint64
+	denseStats   struct {
+		until            uint64
+		grants, timeless int
+	}
 }
 
 func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
@@ -97,9 +107,13 @@ func (x *destination) kick() {
 	}
 }
 
-// run grants batches while Concurrency allows and sleeps on wake-ups. When
-// loopCtx ends it stops granting and waits for batches in flight; those
-// run on workCtx, which Run cancels ShutdownGrace later.
+// run grants batches while Concurrency allows and sleeps on wake-ups. A
+// grant holds one of the Concurrency places from its cut to its end at
+// the commit (dispatch's done), not through its items' publish, so a
+// flood whose publishes are slow cannot take the places of other tenants'
+// grants. When loopCtx ends it stops granting and waits for grants and
+// publishes in flight; those run on workCtx, which Run cancels
+// ShutdownGrace later.
 func (x *destination) run(loopCtx, workCtx context.Context) {
 	sem := make(chan struct{}, x.d.cfg.Concurrency)
 	var ops sync.WaitGroup
@@ -120,11 +134,15 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 			x.state(g.Key.Tenant).granted = true
 			x.mu.Unlock()
 			ops.Go(func() {
-				defer func() {
-					<-sem
-					x.kick()
-				}()
-				x.dispatch(workCtx, g)
+				var once sync.Once
+				done := func() {
+					once.Do(func() {
+						<-sem
+						x.kick()
+					})
+				}
+				defer done()
+				x.dispatch(workCtx, g, done)
 			})
 		}
 	wait:
@@ -147,11 +165,13 @@ func (x *destination) gauges(inFlight int) {
 // dispatch carries out one grant: read the tenant's next events (sequence
 // numbers only), cut them into batches of at most x.size, take a slot
 // per batch and move the cursor in one statement (tenancy.DispatchMany:
-// as many batches as the tenant has free slots), publish one work item per
-// batch, and report to the scheduler. A crash after the commit and before
-// a publish leaves a batch lease that nobody extends: it expires, becomes
-// an orphan and is re-dispatched.
-func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
+// as many batches as the tenant has free slots), report to the scheduler
+// and call done (the grant is over: the tenant may be granted again), then
+// publish one work item per batch (pipelined grants). A crash after the
+// commit and before a publish leaves a batch lease that nobody extends: it
+// expires, becomes an orphan and is re-dispatched. done may be called more
+// than once; run calls it when dispatch returns in any case.
+func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func()) {
 	d := x.d
 	k := g.Key
 	if h := d.hooks.beforeDispatch; h != nil {
@@ -159,7 +179,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	}
 	x.mu.Lock()
 	ts := x.state(k.Tenant)
-	from, gen, bells := ts.cursor, ts.gen, ts.bells
+	from, gen, bells, noTimes := ts.cursor, ts.gen, ts.bells, ts.denseNoTimes
 	x.mu.Unlock()
 	if from == 0 {
 		c, err := d.st.Cursor(ctx, k.Tenant, x.name)
@@ -192,8 +212,11 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	// direct gets per grant (denseTimes), where the feed's consumer
 	// delivers every replayed event once more, about 10 µs of CPU an
 	// event (docs/dispatcher.md, "Replays"). The feed is for replayed
-	// ranges that are not dense.
-	if !ok {
+	// ranges that are not dense, and for the rest of a dense replay whose
+	// grants mostly could not learn their times (events stored too slowly
+	// for work.RangeTimesSpan: the sinks would read them with headers);
+	// where that feed cannot tell yet, the dense run still beats a read.
+	cutDense := func() {
 		ranges, counts, pending, ok = x.dense(ts, from, n)
 		lists, source = make([][]uint64, len(ranges)), "dense"
 		if ok {
@@ -201,9 +224,16 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 			go func() { denseTimes <- x.denseTimes(ctx, k.Tenant, ranges, counts) }()
 		}
 	}
+	feedFirst := replayUntil > from && noTimes == replayUntil
+	if !ok && !feedFirst {
+		cutDense()
+	}
 	if !ok && replayUntil > from {
 		ranges, counts, lists, times, first, pending, ok = x.fromFeed(ts, k.Tenant, from, n)
 		source = "feed"
+	}
+	if !ok && feedFirst {
+		cutDense()
 	}
 	if !ok {
 		source = "read"
@@ -293,10 +323,13 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant) {
 	}
 	x.mu.Unlock()
 	x.finish(k, next, sent, pending, bells)
-	x.kick()
+	done()
 
 	if denseTimes != nil {
 		times = <-denseTimes
+		if replayUntil > from {
+			x.countDenseTimes(ts, replayUntil, !slices.Contains(times, nil))
+		}
 	}
 	var wg sync.WaitGroup
 	for i, l := range leases {
@@ -518,6 +551,34 @@ func (x *destination) denseTimes(ctx context.Context, tenant string, ranges []te
 		off += c
 	}
 	return out
+}
+
+// Dense replay grants whose items could not all learn their store times
+// send the rest of the replay to the feed once at least denseTimelessMin
+// of them did, and more than one in denseTimelessShare: a publish that
+// paused now and then leaves a few wide items (about 2% of a replayed
+// import in BenchmarkReplayImpact), events stored slowly leave most.
+const (
+	denseTimelessMin   = 4
+	denseTimelessShare = 4
+)
+
+// countDenseTimes records whether a dense grant of the replay ending at
+// until learned every item's store times.
+func (x *destination) countDenseTimes(ts *tenantState, until uint64, learned bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	st := &ts.denseStats
+	if st.until != until {
+		st.until, st.grants, st.timeless = until, 0, 0
+	}
+	st.grants++
+	if !learned {
+		st.timeless++
+	}
+	if st.timeless >= denseTimelessMin && st.timeless*denseTimelessShare > st.grants {
+		ts.denseNoTimes = until
+	}
 }
 
 // blockUnlessReleased marks k blocked at its slot limit, unless one of its

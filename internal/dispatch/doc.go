@@ -20,11 +20,13 @@
 //  2. calls tenancy.DispatchMany: take a slot per batch while the tenant
 //     has free ones, check the cursor, log the batches on their leases,
 //     advance the cursor — one statement, one transaction, one round trip,
-//  3. publishes one work item per batch that got a slot
+//  3. tells the scheduler what it dispatched and what is still pending
+//     (batches that found no slot wait for a release), which ends the
+//     grant: the tenant's next grant may begin while
+//  4. it publishes one work item per batch that got a slot
 //     (work.<dest>.<tenant>, Nats-Msg-Id with the lease token; retries are
-//     duplicates JetStream drops),
-//  4. tells the scheduler what it dispatched and what the server says is
-//     still pending; batches that found no slot wait for a release.
+//     duplicates JetStream drops). These pipelined grants keep a flood's
+//     drain from being paced by its publishes' acks.
 //
 // ErrAtLimit blocks the tenant in the scheduler (it costs nothing and keeps
 // its place) until a release wake-up (tenancy.Listen) unblocks it;
@@ -54,15 +56,15 @@
 // The index is used only where it is exact: at or after the point its consumer started
 // from and at or after what it has forgotten (runs dropped over
 // indexMaxRuns, sequences behind the cursor). A replay's rewound cursor is
-// served by its replay feed; a replayed range that is all the tenant's is
-// cut by arithmetic; everything else — a backlog older than the backfill
+// cut by arithmetic when the replayed range is all the tenant's, else
+// served by its replay feed; everything else — a backlog older than the backfill
 // reached, a tenant the index knows nothing more of — is read from
 // PRODUCTS, which is always right. fairway_dispatcher_grants_total{source}
 // counts each (index, feed, dense, read).
 //
 // # Crash safety
 //
-// The commit (2) precedes the publish (3). A crash between them leaves a
+// The commit (2) precedes the publish (4). A crash between them leaves a
 // lease with a recorded batch that nobody extends. When it expires and
 // anything ends it — Sweep, an acquisition reclaiming the slot, a late
 // release — PostgreSQL records the batch as an orphan in the same statement

@@ -113,7 +113,7 @@ func (f *replayFeed) run(ctx context.Context, d *Dispatcher) {
 			return false
 		}
 		if ctx.Err() == nil {
-			d.log.Warn("replay feed failed; the replay's items are cut without store times", "tenant", f.tenant, "dest", f.dest, "err", err)
+			d.log.Warn("replay feed failed; the replay's events are read instead", "tenant", f.tenant, "dest", f.dest, "err", err)
 			d.m.errors.WithLabelValues(f.dest, "replay_feed").Inc()
 		}
 		f.mu.Lock()
@@ -277,7 +277,7 @@ func (f *replayFeed) reaches(cursor uint64) bool {
 }
 
 // fromFeed cuts a replaying tenant's grant from its replay feed, starting
-// the feed on the replay's first grant (which is then cut as before). ok
+// the feed on the replay's first grant (which is then read). ok
 // is false when the feed cannot tell.
 func (x *destination) fromFeed(ts *tenantState, tenant string, cursor uint64, n int) (ranges []tenancy.Range, counts []int, lists [][]uint64, times []*work.Times, first time.Time, rest uint64, ok bool) {
 	d := x.d
