@@ -84,27 +84,6 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 			// is a share, not a count: a run without the feed has every grant
 			// read or dense); the last batch of the first pass may still be in
 			// the backfill's index; the rest comes from the feed.
-			feed := d.Grants(pg, "feed")
-			others := d.Grants(pg, "read") - reads + d.Grants(pg, "dense") - dense
-			indexed := d.Grants(pg, "index") - index
-			denseN := d.Grants(pg, "dense") - dense
-			switch {
-			case tc.slow:
-				// The first grants are dense and learn no times; the rest
-				// of the replay goes to the feed.
-				if denseN == 0 || feed < float64(len(replayed))/2 {
-					t.Errorf("slowly stored replay grants: %.0f dense, %.0f from the feed, for %d items", denseN, feed, len(replayed))
-				}
-			case !tc.interleaved:
-				// Dense: cut by arithmetic (a feed only where an item's
-				// times could not be learned).
-				if denseN < float64(len(replayed))/2 {
-					t.Errorf("dense replay grants: %.0f dense, %.0f from a feed, %.0f read, %.0f from the index, for %d items",
-						denseN, feed, d.Grants(pg, "read")-reads, indexed, len(replayed))
-				}
-			case others > float64(len(replayed))/5 || feed < float64(len(replayed))-others-indexed:
-				t.Errorf("replay grants: %.0f from the feed, %.0f from the index, %.0f read or dense, for %d items", feed, indexed, others, len(replayed))
-			}
 			rd := work.NewReader(e.nc, "")
 			without := 0
 			for _, it := range replayed {
@@ -139,6 +118,29 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 				if len(bare) != it.Count || !bare[0].Bare {
 					t.Fatalf("item %d..%d (%d events, %d listed) not read bare", it.FromSeq, it.ToSeq, it.Count, len(it.Seqs))
 				}
+			}
+			feed := d.Grants(pg, "feed")
+			others := d.Grants(pg, "read") - reads + d.Grants(pg, "dense") - dense
+			indexed := d.Grants(pg, "index") - index
+			denseN := d.Grants(pg, "dense") - dense
+			switch {
+			case tc.slow:
+				// The first grants are dense and learn no times; the rest
+				// of the replay goes to the feed.
+				if denseN == 0 || feed < float64(len(replayed))/2 || d.Grants(pg, "read") != reads {
+					t.Errorf("slowly stored replay grants: %.0f dense, %.0f from the feed, for %d items", denseN, feed, len(replayed))
+				}
+			case !tc.interleaved:
+				// Dense: cut by arithmetic, unless its grants could not
+				// learn their times (events stored slowly: -race on a
+				// loaded machine), which sends the rest to the feed only
+				// after 4 items without them; never read.
+				if denseN < float64(len(replayed))/2 && without < 4 || d.Grants(pg, "read") != reads {
+					t.Errorf("dense replay grants: %.0f dense, %.0f from a feed, %.0f read, %.0f from the index, for %d items (%d without times)",
+						denseN, feed, d.Grants(pg, "read")-reads, indexed, len(replayed), without)
+				}
+			case others > float64(len(replayed))/5 || feed < float64(len(replayed))-others-indexed:
+				t.Errorf("replay grants: %.0f from the feed, %.0f from the index, %.0f read or dense, for %d items", feed, indexed, others, len(replayed))
 			}
 			// From the feed every item has times. A dense grant's come from
 			// a few direct gets (work.RangeTimes), which give up on an item
