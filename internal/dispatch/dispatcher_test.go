@@ -74,7 +74,7 @@ func TestLateArrival(t *testing.T) {
 	e.tenant("b", 1, 1, pg)
 	e.publish("a", 200_000)
 
-	var grantsA atomic.Int32
+	var grantsA, committedA atomic.Int32
 	paused, gate := make(chan struct{}), make(chan struct{})
 	bellB := make(chan struct{}, 1)
 	e.start(&dispatch.Config{Dests: []string{pg}, Concurrency: 1}, func(d *dispatch.Dispatcher) {
@@ -82,6 +82,11 @@ func TestLateArrival(t *testing.T) {
 			if g.Key.Tenant == "a" && grantsA.Add(1) == 5 {
 				close(paused)
 				<-gate
+			}
+		})
+		d.SetAfterCommit(func(ls []tenancy.Lease) {
+			if ls[0].Tenant == "a" {
+				committedA.Add(int32(len(ls)))
 			}
 		})
 		d.SetOnBell(func(tenant string, _ uint64) {
@@ -94,6 +99,18 @@ func TestLateArrival(t *testing.T) {
 		})
 	})
 	<-paused // the loop holds a grant of a's, mid-round
+	// Grants end at their commit and publish after (pipelined grants):
+	// the items of a's earlier grants may still be on their way. Count
+	// from the last of them.
+	e.waitFor("a's committed batches on WORK", func() bool {
+		n := 0
+		for _, it := range e.workItems(1, e.workLastSeq()) {
+			if it.Tenant == "a" {
+				n++
+			}
+		}
+		return n >= int(committedA.Load())
+	})
 	before := e.workLastSeq()
 	e.publish("b", 1)
 	<-bellB // the dispatcher knows b has an event
