@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,31 +32,56 @@ func TestWeightedShares(t *testing.T) {
 		e.publish(id, 3000)
 	}
 	const batch, rounds = 50, 5
-	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, Concurrency: 1}, nil)
-	// Five rounds are 2,500 events. Count events, not work items: a grant
-	// is occasionally cut into one item more than its batches (the index
-	// held its sequences as two runs), which shifts an item count but not
-	// the events each grant carries.
+	// Grants in the order they committed: with Concurrency 1 they are cut
+	// and committed one at a time, in the scheduler's order. (Their items
+	// are published after each grant ends, so WORK's order may differ by
+	// a grant here and there.) Each tenant's events are one run of
+	// sequences, so a batch's range is its count of events.
+	type committed struct {
+		tenant string
+		events int
+	}
+	var (
+		mu     sync.Mutex
+		grants []committed
+	)
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, Concurrency: 1}, func(d *dispatch.Dispatcher) {
+		d.SetAfterCommit(func(ls []tenancy.Lease) {
+			c := committed{tenant: ls[0].Tenant}
+			for _, l := range ls {
+				c.events += int(l.ToSeq - l.FromSeq + 1)
+			}
+			mu.Lock()
+			grants = append(grants, c)
+			mu.Unlock()
+		})
+	})
+	// Five rounds are 2,500 events. Count events, not batches: a grant is
+	// occasionally cut into one batch more than usual (the index held its
+	// sequences as two runs), which shifts a batch count but not the
+	// events each grant carries.
 	total := rounds * batch * (5 + 3 + 2)
-	var items []work.Item
-	e.waitFor("five rounds of work items", func() bool {
-		items = e.workItems(1, e.workLastSeq())
+	var first []committed
+	e.waitFor("five rounds of grants", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		first = slices.Clone(grants)
 		n := 0
-		for _, it := range items {
-			n += it.Count
+		for _, c := range first {
+			n += c.events
 		}
 		return n >= total
 	})
 	got, n := map[string]int{}, 0
-	for _, it := range items {
+	for _, c := range first {
 		if n >= total {
 			break
 		}
-		got[it.Tenant] += it.Count
-		n += it.Count
+		got[c.tenant] += c.events
+		n += c.events
 	}
 	if n != total {
-		t.Fatalf("the first items end at %d events, not at the end of round %d (%d events)", n, rounds, total)
+		t.Fatalf("the first grants end at %d events, not at the end of round %d (%d events)", n, rounds, total)
 	}
 	for id, w := range weights {
 		if want := w * rounds * batch; got[id] != want {
