@@ -257,7 +257,8 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	r.publish = time.Since(start)
 
 	d := newDrain(cfg.noisyN)
-	obs, rec := e.observeWork(tenancy.DestPostgres, func(t string) bool { return !cfg.isNoisy(t) })
+	small := func(t string) bool { return !cfg.isNoisy(t) }
+	obs, rec := e.observeWork(tenancy.DestPostgres, small)
 	sinkStore := e.store("sink")
 	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, sinkStore, cfg.isNoisy, d)
 	defer sink.stop()
@@ -269,7 +270,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 		Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0), Quantum: int64(testenv.EnvInt(b, "FAIRWAY_BENCH_QUANTUM", 0))})
 	disp := reps.ds[0]
 	cyc := &grantCycle{tenant: noisyTenant}
-	hops := newHopLog(func(t string) bool { return !cfg.isNoisy(t) })
+	hops := newHopLog(small)
 	disp.SetBeforeDispatch(func(g scheduler.Grant) { cyc.before(g); hops.before(g) })
 	disp.SetAfterCommit(func(ls []tenancy.Lease) { cyc.commit(ls); hops.commit(ls) })
 	disp.SetOnBell(hops.ring)

@@ -728,8 +728,8 @@ func liveHeap() uint64 {
 
 // slowest describes the k slowest small-tenant events published before
 // until: when each was published (after t0), its latency and tenant, its
-// publish's ack time and, with bells, when the doorbell rang for it (after
-// its publish), in publish order, so that a p99 can be traced to a moment
+// publish's ack time and, with hops, when its doorbell rang and its grant
+// began and committed (after its publish), in publish order, so that a p99 can be traced to a moment
 // of the drain and a hop.
 func slowest(tr *trickle, t0, until, deadline time.Time, when func(tenant string, seq uint64) (time.Time, bool), hops *hopLog, k int) string {
 	all := samples(tr, until, deadline, when)

@@ -14,7 +14,8 @@ import (
 )
 
 // A replay's items carry their events' store times (to the millisecond, as
-// PRODUCTS stored them) and the replayed range is covered exactly once. A
+// PRODUCTS stored them) wherever they could be learned, those without are
+// read whole with headers, and the replayed range is covered exactly once. A
 // range interleaved with another tenant's events (which would otherwise be
 // read) is cut from the replay feed, which never holds more than
 // ReplayLookahead events. A dense range is cut by arithmetic, its times
@@ -79,11 +80,6 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 			replayed := filterTenant(s.snapshot()[before:], "big")
 			checkExactlyOnce(t, replayed, map[string][]uint64{"big": seqs}, false)
 
-			// The first grants are cut as before while the feed starts (one
-			// when the machine is idle; CI under load saw three, so the bound
-			// is a share, not a count: a run without the feed has every grant
-			// read or dense); the last batch of the first pass may still be in
-			// the backfill's index; the rest comes from the feed.
 			rd := work.NewReader(e.nc, "")
 			without := 0
 			for _, it := range replayed {
@@ -119,6 +115,11 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 					t.Fatalf("item %d..%d (%d events, %d listed) not read bare", it.FromSeq, it.ToSeq, it.Count, len(it.Seqs))
 				}
 			}
+			// Interleaved, the first grants are read while the feed starts
+			// (one when the machine is idle; CI under load saw three, so the
+			// bound is a share, not a count: a run without the feed has every
+			// grant read); the last batch of the first pass may still be in
+			// the backfill's index; the rest comes from the feed.
 			feed := d.Grants(pg, "feed")
 			others := d.Grants(pg, "read") - reads + d.Grants(pg, "dense") - dense
 			indexed := d.Grants(pg, "index") - index
