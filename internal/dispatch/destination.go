@@ -47,10 +47,16 @@ type tenantState struct {
 	// grant's worth that would mostly go unused (readMax).
 	full    bool
 	freed   int
-	orphans bool     // an orphan of this tenant waits for a slot
-	bells   uint64   // doorbell rings so far
-	live    seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
-	back    seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
+	orphans bool   // an orphan of this tenant waits for a slot
+	bells   uint64 // doorbell rings so far
+	// backWaited: the last grant was held back for the backfill to deliver
+	// more (waitForBackfill); the next one cuts what is there. backNeed:
+	// while held, how many more of the tenant's events the backfill is to
+	// ring before the wait ends (0: not held).
+	backWaited bool
+	backNeed   int
+	live       seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
+	back       seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
 
 	// A cursor below replayUntil is replaying (tenancy.PairState), at
 	// replayRate events/s (0: Config.ReplayRate; negative: unthrottled),
@@ -205,6 +211,9 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 		times      []*work.Times
 		denseTimes chan []*work.Times // learned while the slots are taken
 	)
+	if ok && !backDone && x.waitForBackfill(k, ts, from, sum(counts)) {
+		return
+	}
 	if ok {
 		times = x.indexTimes(ts, ranges, counts)
 	}
@@ -394,13 +403,69 @@ func (x *destination) replayBudget(ts *tenantState, cursor uint64, n *int) (repl
 // blocked (costs nothing, keeps its place) until wait has passed.
 func (x *destination) throttle(k scheduler.Key, ts *tenantState, wait time.Duration) {
 	x.d.m.throttled.WithLabelValues(x.name).Inc()
+	x.holdBack(k, ts)
+	time.AfterFunc(wait, func() { x.unblock(k.Tenant, 1) })
+}
+
+// holdBack ends a grant that dispatched nothing and keeps the tenant out of
+// the rounds until it is unblocked. x.mu must not be held.
+func (x *destination) holdBack(k scheduler.Key, ts *tenantState) {
 	x.mu.Lock()
 	ts.granted = false
 	ts.blocked = true
 	x.sched.SetBlocked(k, true)
 	_ = x.sched.Done(k, 0, 0)
 	x.mu.Unlock()
-	time.AfterFunc(wait, func() { x.unblock(k.Tenant, 1) })
+}
+
+// backfillWaitMax is how long a grant held back for the start-up backfill
+// (waitForBackfill) waits at most.
+const backfillWaitMax = 20 * time.Millisecond
+
+// waitForBackfill holds back, once, a grant that would cut fewer than a
+// batch of events (cut) from the start-up backfill's part of the index
+// while the backfill is still on its way, and reports whether it did: the
+// tenant is back in the rounds once the backfill has rung the rest of a
+// batch of its events, or after backfillWaitMax. The next grant cuts
+// whatever is there. Two floods whose events interleave had been cut in
+// batches of about 150 events as the backfill delivered them, a grant, a
+// PostgreSQL statement and a work item each.
+func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int) bool {
+	if cut >= x.size || cursor >= x.d.liveFrom.Load() {
+		return false
+	}
+	x.mu.Lock()
+	waited := ts.backWaited
+	ts.backWaited = !waited
+	if !waited {
+		ts.backNeed = x.size - cut
+	}
+	x.mu.Unlock()
+	if waited {
+		return false
+	}
+	x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
+	x.holdBack(k, ts)
+	time.AfterFunc(backfillWaitMax, func() {
+		x.mu.Lock()
+		if ts.backNeed > 0 { // else the backfill's bells ended the wait
+			x.endBackfillWait(k, ts)
+		}
+		x.mu.Unlock()
+		x.kick()
+	})
+	return true
+}
+
+// endBackfillWait puts a tenant held back by waitForBackfill back in the
+// rounds; unlike a release's wake-up (unblock) it says nothing about the
+// tenant's slots. x.mu must be held.
+func (x *destination) endBackfillWait(k scheduler.Key, ts *tenantState) {
+	ts.backNeed = 0
+	if ts.blocked { // nothing else blocks a tenant with no grant outstanding
+		ts.blocked = false
+		x.sched.SetBlocked(k, false)
+	}
 }
 
 // fromIndex cuts up to n of the tenant's events from cursor into batches
@@ -764,6 +829,12 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill boo
 	ts := x.state(tenant)
 	if backfill {
 		ts.back.add(seq, at, indexMaxRuns)
+		switch { // a grant held back for the backfill (waitForBackfill)
+		case ts.backNeed > 1:
+			ts.backNeed--
+		case ts.backNeed == 1:
+			x.endBackfillWait(x.key(tenant), ts)
+		}
 	} else {
 		ts.live.add(seq, at, indexMaxRuns)
 	}

@@ -5,26 +5,27 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics are the dispatcher's Prometheus series. No tenant labels: tenant
 // counts are unbounded.
 type metrics struct {
-	items      *prometheus.CounterVec   // dest
-	grants     *prometheus.CounterVec   // dest, source: where a grant's sequences came from (index, read)
-	events     *prometheus.CounterVec   // dest
-	latency    *prometheus.HistogramVec // dest: oldest event's store time -> work item acked
-	active     *prometheus.GaugeVec     // dest
-	blocked    *prometheus.GaugeVec     // dest
-	inFlight   *prometheus.GaugeVec     // dest
-	wakeups    *prometheus.CounterVec   // source: doorbell, backfill, release, rescan, poll, cursor, members
-	atLimit    *prometheus.CounterVec   // dest
-	moved      *prometheus.CounterVec   // dest: lost a cursor race to another dispatcher
-	recovered  *prometheus.CounterVec   // dest: orphans re-dispatched
-	returned   *prometheus.CounterVec   // dest: batches handed back unpublished
-	errors     *prometheus.CounterVec   // dest, op
-	replayed   *prometheus.CounterVec   // dest: events dispatched again for a replay
-	throttled  *prometheus.CounterVec   // dest: grants a replay's rate held back
-	read       *prometheus.CounterVec   // dest: events read from PRODUCTS to cut grants
-	pruned     prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
-	scanSecond prometheus.Histogram
-	members    prometheus.Gauge // dispatchers alive at the last heartbeat
-	feeds      prometheus.Gauge // replay feeds running
+	items         *prometheus.CounterVec   // dest
+	grants        *prometheus.CounterVec   // dest, source: where a grant's sequences came from (index, read)
+	events        *prometheus.CounterVec   // dest
+	latency       *prometheus.HistogramVec // dest: oldest event's store time -> work item acked
+	active        *prometheus.GaugeVec     // dest
+	blocked       *prometheus.GaugeVec     // dest
+	inFlight      *prometheus.GaugeVec     // dest
+	wakeups       *prometheus.CounterVec   // source: doorbell, backfill, release, rescan, poll, cursor, members
+	atLimit       *prometheus.CounterVec   // dest
+	moved         *prometheus.CounterVec   // dest: lost a cursor race to another dispatcher
+	recovered     *prometheus.CounterVec   // dest: orphans re-dispatched
+	returned      *prometheus.CounterVec   // dest: batches handed back unpublished
+	errors        *prometheus.CounterVec   // dest, op
+	replayed      *prometheus.CounterVec   // dest: events dispatched again for a replay
+	throttled     *prometheus.CounterVec   // dest: grants a replay's rate held back
+	backfillWaits *prometheus.CounterVec   // dest: grants held back for the start-up backfill to deliver a batch
+	read          *prometheus.CounterVec   // dest: events read from PRODUCTS to cut grants
+	pruned        prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
+	scanSecond    prometheus.Histogram
+	members       prometheus.Gauge // dispatchers alive at the last heartbeat
+	feeds         prometheus.Gauge // replay feeds running
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -64,6 +65,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replayed_events_total", Help: "Events dispatched again for a replay (included in events_total), by destination."}, []string{"dest"}),
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "replay_throttled_total", Help: "Grants of a replaying tenant held back by the replay's rate, by destination."}, []string{"dest"}),
+		backfillWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "backfill_waits_total", Help: "Grants held back a moment because the start-up backfill had delivered less than a batch past the tenant's cursor, by destination."}, []string{"dest"}),
 		read: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "read_events_total", Help: "Events the dispatcher read from PRODUCTS (with headers) to cut grants its index could not, by destination."}, []string{"dest"}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -74,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replay_feeds", Help: "Replay feeds running: one consumer of PRODUCTS per (tenant, destination) this dispatcher is replaying, which learns the replayed events' sequences and store times."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.read, m.pruned, m.scanSecond, m.members, m.feeds} {
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.backfillWaits, m.read, m.pruned, m.scanSecond, m.members, m.feeds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
@@ -286,5 +289,91 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	x.mu.Unlock()
 	if floor != 0 {
 		t.Errorf("live index floor %d after a seed below liveFrom, want 0", floor)
+	}
+}
+
+// While the start-up backfill is still delivering, a grant that could cut
+// only a short batch from it is held back once, until the backfill has
+// rung the rest of a batch or for backfillWaitMax, so the next grant finds
+// more delivered (two interleaved floods were cut in batches of about 150
+// events, a grant and a work item each); the grant after a wait cuts
+// whatever is there, a full batch is never held, nor is a cursor in the
+// doorbell's part of the index.
+func TestWaitForBackfill(t *testing.T) {
+	t.Parallel()
+	d, x, sched := grantingDestination(t)
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.m = m
+	d.backFrom.Store(1)
+	d.liveFrom.Store(1001)
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 500, 1, denseRun{})
+	ts := x.state("solo")
+	k := x.key("solo")
+	grant := func() {
+		t.Helper()
+		g, ok := sched.Next()
+		if !ok || g.Key != k {
+			t.Fatalf("grant %+v, %v; want one of solo", g, ok)
+		}
+		x.mu.Lock()
+		ts.granted = true
+		x.mu.Unlock()
+	}
+	grant()
+	if !x.waitForBackfill(k, ts, 1, 6) {
+		t.Fatal("a grant of 6 events (under a batch of 10) while the backfill delivers: not held back")
+	}
+	if _, ok := sched.Next(); ok {
+		t.Fatal("solo granted again during its wait")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if g, ok := sched.Next(); ok && g.Key == k {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("solo never back in the rounds after its wait")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	x.mu.Lock()
+	ts.granted = true
+	x.mu.Unlock()
+	if x.waitForBackfill(k, ts, 1, 6) {
+		t.Fatal("held back twice in a row; the grant after a wait cuts what is there")
+	}
+	// That grant dispatches its 6 events and ends.
+	x.mu.Lock()
+	ts.granted = false
+	_ = sched.Done(k, 6, 494)
+	x.mu.Unlock()
+	grant()
+	if x.waitForBackfill(k, ts, 7, 10) {
+		t.Fatal("a full batch held back")
+	}
+	if x.waitForBackfill(k, ts, 1001, 3) {
+		t.Fatal("a cursor in the doorbell's part held back")
+	}
+	if !x.waitForBackfill(k, ts, 7, 4) {
+		t.Fatal("a short grant after one that was not held: not held back")
+	}
+	// The backfill rings 6 more of solo's events, the rest of a batch:
+	// solo is back in the rounds at once, well before backfillWaitMax.
+	at := time.Unix(1_764_000_000, 0)
+	for seq := uint64(7); seq < 12; seq++ {
+		x.bell("solo", seq, at, true)
+		if _, ok := sched.Next(); ok {
+			t.Fatalf("solo granted after %d of the 6 events it waits for", seq-6)
+		}
+	}
+	x.bell("solo", 12, at, true)
+	if g, ok := sched.Next(); !ok || g.Key != k {
+		t.Fatalf("after the backfill rang the rest of a batch: grant %+v, %v; want solo's", g, ok)
+	}
+	if got := testutil.ToFloat64(m.backfillWaits.WithLabelValues("postgres")); got != 2 {
+		t.Fatalf("backfill_waits_total %v, want 2", got)
 	}
 }
