@@ -27,7 +27,7 @@ const (
 	RetryDelayDefault      = time.Second
 	ScanParallelismDefault = 16
 	BackfillDefault        = 2_000_000
-	ReplayRateDefault      = 5_000
+	ReplayRateDefault      = 2_500
 	ReplayBatchDefault     = 100
 	ReplayLookaheadDefault = 1_000
 	HeartbeatDefault       = 2 * time.Second
@@ -137,7 +137,9 @@ type Config struct {
 	// (tenancy.Rewind.Rate). A replay is dispatched one batch per grant and
 	// throttled so that it cannot take the machines from live traffic; the
 	// rate is per dispatcher process. Negative: replays are not throttled.
-	// Default 5,000.
+	// Default 2,500: a 1M-event replay then takes about 7 minutes, and
+	// raised the other tenants' p99 by 2-11% in BenchmarkReplayImpact
+	// where 5,000 raised it by 16-25% (docs/benchmarks.md).
 	ReplayRate int
 
 	// ReplayBatch is the most events one replayed work item covers (at

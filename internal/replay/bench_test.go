@@ -40,7 +40,7 @@ import (
 //   - 50 small tenants each publish 5 events/s from the start to the end;
 //   - one destination (postgres) with slot limits big 4, small tenants 1;
 //     the dispatcher with its defaults (batch 500, Concurrency 16, replay
-//     rate 5,000 events/s in replayed items of 100) except a 1 s poll; one
+//     rate 2,500 events/s in replayed items of 100) except a 1 s poll; one
 //     sink runner with 16 workers and a fake sink whose Apply holds 1 ms +
 //     20 µs per event (a PostgreSQL upsert's round trip plus its per-row
 //     cost). The runner reads every range back from PRODUCTS, as in
