@@ -49,8 +49,9 @@ type tenantState struct {
 	freed   int
 	orphans bool   // an orphan of this tenant waits for a slot
 	bells   uint64 // doorbell rings so far
-	// backWaited: the last grant was held back for the backfill to deliver
-	// more (waitForBackfill); the next one cuts what is there. backNeed:
+	// backWaited: the last short grant from the backfill's part of the
+	// index was held back for it to deliver more (waitForBackfill); the
+	// next short one is not, and clears it. backNeed:
 	// while held, how many more of the tenant's events the backfill is to
 	// ring before the wait ends (0: not held).
 	backWaited bool

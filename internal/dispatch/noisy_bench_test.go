@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -191,15 +190,6 @@ func (c noisyConfig) noisyTenants() []string {
 // isNoisy tells the backlog's tenants from the small ones.
 func (c noisyConfig) isNoisy(tenant string) bool { return strings.HasPrefix(tenant, noisyTenant) }
 
-// syncDisk writes out what the backlog's publish left dirty in the page
-// cache (a few hundred MB of the server's files) before the clock starts.
-// Else the kernel writes it back about 30 s after the publish, which fell
-// into the next run's drain (a FIFO run's into fairway's, fairway's into
-// the second FIFO run's), and the servers' writes waited for the disk
-// meanwhile: BenchmarkReplayImpact's small tenants had a p99 of 11-59 ms
-// in the windows then, 5-7 ms in the others.
-func syncDisk() { syscall.Sync() }
-
 // publishBacklog publishes the noisy backlog, its tenants' events
 // alternating one by one.
 func (c noisyConfig) publishBacklog(e *benchEnv) {
@@ -265,7 +255,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	start := time.Now()
 	cfg.publishBacklog(e)
 	r.publish = time.Since(start)
-	syncDisk()
+	testenv.SyncDisk() // its writeback would fall into the next run's drain
 
 	d := newDrain(cfg.noisyN)
 	small := func(t string) bool { return !cfg.isNoisy(t) }
@@ -411,7 +401,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig, name string) no
 	start := time.Now()
 	cfg.publishBacklog(e)
 	r.publish = time.Since(start)
-	syncDisk()
+	testenv.SyncDisk() // its writeback would fall into the next run's drain
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {
 		b.Fatal(err)

@@ -64,7 +64,8 @@ import (
 // mean p99 of the windows without it on either side, and
 // windows_above_1.10_frac the share of those windows above 1.10 (a pooled
 // p99 moves with where the machine's few stalls happen to fall: 0.59× in
-// one run whose windows without the replay had them). FAIRWAY_BENCH_REPLAY_RATE (events/s, or "unlimited") and
+// one run whose windows without the replay had them).
+// FAIRWAY_BENCH_REPLAY_RATE (events/s, or "unlimited") and
 // FAIRWAY_BENCH_REPLAY_BATCH override the replay's rate and item size,
 // FAIRWAY_BENCH_REPLAY_LOOKAHEAD the dispatcher's ReplayLookahead ("off":
 // no replay feed), FAIRWAY_BENCH_CONCURRENCY its Concurrency. Also
@@ -139,14 +140,9 @@ func BenchmarkReplayImpact(b *testing.B) {
 	pubStart := time.Now()
 	first, last := e.publishBulk(bigTenant, n, 4)
 	pubTook := time.Since(pubStart)
-	// The bulk publish left a few hundred MB of the server's files dirty in
-	// the page cache; the kernel writes them back about 30 s later, in the
-	// middle of the first windows, and the servers' writes wait for the
-	// disk meanwhile (small tenants' p99 of 11-59 ms in the windows about
-	// 30 s after the publish, 5-7 ms in the others, with or without the
-	// replay). A replay's events were written long before it in practice:
-	// write them out now.
-	syscall.Sync()
+	// A replay's events were written long before it in practice: their
+	// writeback would fall into the first windows.
+	testenv.SyncDisk()
 	if !recent {
 		time.Sleep(dedup + time.Second) // the server drops big's dedup entries
 	}
@@ -282,9 +278,8 @@ func BenchmarkReplayImpact(b *testing.B) {
 	// The same comparison window by window: each window with the replay
 	// against the mean p99 of the windows without it on either side. A
 	// pooled p99 is set by the few hundred slowest events of the run, and
-	// a stall of the machine (a disk flush of PostgreSQL's WAL or of the
-	// server's files) that happens to fall into one kind of window moves
-	// it by more than the replay does; the median of the windows' ratios
+	// a stall of the machine that happens to fall into one kind of window
+	// moves it by more than the replay does; the median of the windows' ratios
 	// is not moved by a few such windows, and pairs each window with its
 	// own time's baseline.
 	p99s := func(ws []timeWindow) []float64 {
