@@ -49,6 +49,15 @@ type tenantState struct {
 	freed   int
 	orphans bool   // an orphan of this tenant waits for a slot
 	bells   uint64 // doorbell rings so far
+	// hold numbers the holds that keep the tenant out of the rounds after
+	// a grant that dispatched nothing (holdBack: a replay's rate, a wait
+	// for the backfill, an error); held says one is on. A hold ends at its
+	// own timer, at a release's wake-up (unblock) or, for the backfill,
+	// once the backfill rang enough; a timer whose hold has already ended
+	// does nothing, so it cannot put back in the rounds a tenant that has
+	// since found its slot limit.
+	hold uint64
+	held bool
 	// backWaited: the last short grant from the backfill's part of the
 	// index was held back for it to deliver more (waitForBackfill); the
 	// next short one is not, and clears it. backNeed:
@@ -401,22 +410,42 @@ func (x *destination) replayBudget(ts *tenantState, cursor uint64, n *int) (repl
 }
 
 // throttle ends a grant the replay's rate holds back: the tenant is
-// blocked (costs nothing, keeps its place) until wait has passed.
+// held (costs nothing, keeps its place) until wait has passed.
 func (x *destination) throttle(k scheduler.Key, ts *tenantState, wait time.Duration) {
 	x.d.m.throttled.WithLabelValues(x.name).Inc()
-	x.holdBack(k, ts)
-	time.AfterFunc(wait, func() { x.unblock(k.Tenant, 1) })
+	x.mu.Lock()
+	x.holdBack(k, ts, wait)
+	x.mu.Unlock()
 }
 
 // holdBack ends a grant that dispatched nothing and keeps the tenant out of
-// the rounds until it is unblocked. x.mu must not be held.
-func (x *destination) holdBack(k scheduler.Key, ts *tenantState) {
-	x.mu.Lock()
+// the rounds for at most wait (a hold: tenantState.hold). Unlike a slot
+// limit's block, a hold's end says nothing about the tenant's slots. x.mu
+// must be held.
+func (x *destination) holdBack(k scheduler.Key, ts *tenantState, wait time.Duration) {
 	ts.granted = false
-	ts.blocked = true
+	ts.blocked, ts.held = true, true
+	ts.hold++
+	h := ts.hold
 	x.sched.SetBlocked(k, true)
 	_ = x.sched.Done(k, 0, 0)
-	x.mu.Unlock()
+	time.AfterFunc(wait, func() {
+		x.mu.Lock()
+		x.endHold(k, ts, h)
+		x.mu.Unlock()
+		x.kick()
+	})
+}
+
+// endHold puts the tenant back in the rounds if hold h is still on. x.mu
+// must be held.
+func (x *destination) endHold(k scheduler.Key, ts *tenantState, h uint64) {
+	if !ts.held || ts.hold != h {
+		return // ended already; the tenant may be blocked at its limit since
+	}
+	ts.held, ts.backNeed = false, 0
+	ts.blocked = false
+	x.sched.SetBlocked(k, false)
 }
 
 // backfillWaitMax is how long a grant held back for the start-up backfill
@@ -436,37 +465,16 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 		return false
 	}
 	x.mu.Lock()
-	waited := ts.backWaited
-	ts.backWaited = !waited
-	if !waited {
-		ts.backNeed = x.size - cut
-	}
-	x.mu.Unlock()
-	if waited {
+	defer x.mu.Unlock()
+	if ts.backWaited { // this tenant's last short grant waited: cut what is there
+		ts.backWaited = false
 		return false
 	}
+	ts.backWaited = true
 	x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
-	x.holdBack(k, ts)
-	time.AfterFunc(backfillWaitMax, func() {
-		x.mu.Lock()
-		if ts.backNeed > 0 { // else the backfill's bells ended the wait
-			x.endBackfillWait(k, ts)
-		}
-		x.mu.Unlock()
-		x.kick()
-	})
+	x.holdBack(k, ts, backfillWaitMax)
+	ts.backNeed = x.size - cut // bell ends the hold once it counted these down
 	return true
-}
-
-// endBackfillWait puts a tenant held back by waitForBackfill back in the
-// rounds; unlike a release's wake-up (unblock) it says nothing about the
-// tenant's slots. x.mu must be held.
-func (x *destination) endBackfillWait(k scheduler.Key, ts *tenantState) {
-	ts.backNeed = 0
-	if ts.blocked { // nothing else blocks a tenant with no grant outstanding
-		ts.blocked = false
-		x.sched.SetBlocked(k, false)
-	}
 }
 
 // fromIndex cuts up to n of the tenant's events from cursor into batches
@@ -775,18 +783,13 @@ func (x *destination) setAside(k scheduler.Key, op string, err error) {
 	x.d.log.Warn("dispatch failed; retrying the tenant later", "tenant", k.Tenant, "dest", x.name, "op", op, "err", err)
 	x.d.m.errors.WithLabelValues(x.name, op).Inc()
 	x.mu.Lock()
-	ts := x.state(k.Tenant)
-	ts.granted = false
-	ts.blocked = true
-	x.sched.SetBlocked(k, true)
-	_ = x.sched.Done(k, 0, 0)
+	x.holdBack(k, x.state(k.Tenant), x.d.cfg.RetryDelay)
 	x.mu.Unlock()
-	time.AfterFunc(x.d.cfg.RetryDelay, func() { x.unblock(k.Tenant, 1) })
 }
 
-// unblock handles the release of slots of the tenant's slots (the end of a
-// wait that set the tenant aside counts as one). It reports whether an
-// orphan of the tenant is waiting for a slot.
+// unblock handles the release of slots of the tenant's slots; it ends a
+// hold too. It reports whether an orphan of the tenant is waiting for a
+// slot.
 func (x *destination) unblock(tenant string, slots int) (orphans bool) {
 	x.mu.Lock()
 	ts := x.tenants[tenant]
@@ -798,6 +801,7 @@ func (x *destination) unblock(tenant string, slots int) (orphans bool) {
 	if ts.full {
 		ts.freed += max(slots, 1)
 	}
+	ts.held, ts.backNeed = false, 0
 	if ts.blocked {
 		ts.blocked = false
 		x.sched.SetBlocked(x.key(tenant), false)
@@ -814,6 +818,7 @@ func (x *destination) unblockAll() {
 	for t, ts := range x.tenants {
 		ts.gen++
 		ts.full = false // releases may have been missed: learn the limit again
+		ts.held, ts.backNeed = false, 0
 		if ts.blocked {
 			ts.blocked = false
 			x.sched.SetBlocked(x.key(t), false)
@@ -834,7 +839,7 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill boo
 		case ts.backNeed > 1:
 			ts.backNeed--
 		case ts.backNeed == 1:
-			x.endBackfillWait(x.key(tenant), ts)
+			x.endHold(x.key(tenant), ts, ts.hold)
 		}
 	} else {
 		ts.live.add(seq, at, indexMaxRuns)

@@ -301,27 +301,7 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 // doorbell's part of the index.
 func TestWaitForBackfill(t *testing.T) {
 	t.Parallel()
-	d, x, sched := grantingDestination(t)
-	m, err := newMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.m = m
-	d.backFrom.Store(1)
-	d.liveFrom.Store(1001)
-	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 500, 1, denseRun{})
-	ts := x.state("solo")
-	k := x.key("solo")
-	grant := func() {
-		t.Helper()
-		g, ok := sched.Next()
-		if !ok || g.Key != k {
-			t.Fatalf("grant %+v, %v; want one of solo", g, ok)
-		}
-		x.mu.Lock()
-		ts.granted = true
-		x.mu.Unlock()
-	}
+	x, sched, m, ts, k, grant := soloInBackfill(t)
 	grant()
 	if !x.waitForBackfill(k, ts, 1, 6) {
 		t.Fatal("a grant of 6 events (under a batch of 10) while the backfill delivers: not held back")
@@ -375,5 +355,89 @@ func TestWaitForBackfill(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.backfillWaits.WithLabelValues("postgres")); got != 2 {
 		t.Fatalf("backfill_waits_total %v, want 2", got)
+	}
+}
+
+// soloInBackfill is a destination (batches of 10) whose start-up backfill
+// is to deliver sequences 1 to 1000, with one tenant, solo, whose 500
+// events begin at 1; grant takes solo's next grant.
+func soloInBackfill(t *testing.T) (x *destination, sched *scheduler.Scheduler, m *metrics, ts *tenantState, k scheduler.Key, grant func()) {
+	t.Helper()
+	var d *Dispatcher
+	d, x, sched = grantingDestination(t)
+	var err error
+	m, err = newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.m = m
+	d.backFrom.Store(1)
+	d.liveFrom.Store(1001)
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 500, 1, denseRun{})
+	ts = x.state("solo")
+	k = x.key("solo")
+	grant = func() {
+		t.Helper()
+		g, ok := sched.Next()
+		if !ok || g.Key != k {
+			t.Fatalf("grant %+v, %v; want one of solo", g, ok)
+		}
+		x.mu.Lock()
+		ts.granted = true
+		x.mu.Unlock()
+	}
+	return x, sched, m, ts, k, grant
+}
+
+// A hold (a wait for the backfill, a replay's rate) that a release's
+// wake-up ended before its time is over: neither its timer nor the
+// backfill's bells may then put back in the rounds a tenant that has
+// since found its slot limit; only a release does.
+func TestStaleHoldKeepsLimitBlock(t *testing.T) {
+	t.Parallel()
+	x, sched, _, ts, k, grant := soloInBackfill(t)
+	atLimit := func() { // the grant's DispatchMany found no free slot
+		x.mu.Lock()
+		gen := ts.gen
+		ts.granted, ts.full, ts.freed = false, true, 0
+		x.blockUnlessReleased(k, ts, gen)
+		_ = sched.Done(k, 0, 0)
+		x.mu.Unlock()
+	}
+	at := time.Unix(1_764_000_000, 0)
+	for _, hold := range []struct {
+		name  string
+		start func()
+	}{
+		{"a wait for the backfill", func() {
+			if !x.waitForBackfill(k, ts, 1, 6) {
+				t.Fatal("a short grant from the backfill's part not held back")
+			}
+		}},
+		{"a replay's rate", func() { x.throttle(k, ts, backfillWaitMax) }},
+	} {
+		grant()
+		hold.start()
+		if _, ok := sched.Next(); ok {
+			t.Fatalf("%s: solo granted during the hold", hold.name)
+		}
+		x.unblock("solo", 1) // a release ends the hold early
+		grant()
+		atLimit()
+		for seq := uint64(1); seq <= 12; seq++ {
+			x.bell("solo", seq, at, true)
+		}
+		time.Sleep(3 * backfillWaitMax) // the hold's own timer has fired
+		if g, ok := sched.Next(); ok {
+			t.Fatalf("%s: solo, at its slot limit, granted (%+v) after its hold had ended", hold.name, g)
+		}
+		x.unblock("solo", 1)
+		if g, ok := sched.Next(); !ok || g.Key != k {
+			t.Fatalf("%s: after a release: grant %+v, %v; want solo's", hold.name, g, ok)
+		}
+		x.mu.Lock()
+		_ = sched.Done(k, 0, 0)
+		ts.backWaited = false
+		x.mu.Unlock()
 	}
 }
