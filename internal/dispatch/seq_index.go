@@ -20,6 +20,7 @@ import (
 // use: the destination's mutex guards it.
 type seqIndex struct {
 	runs  []seqRun
+	n     int    // sequences in runs, kept as they change: a grant must not walk every run
 	floor uint64 // sequences below it were dropped (0: none)
 }
 
@@ -29,13 +30,7 @@ type seqIndex struct {
 const indexMaxRuns = 100_000
 
 // count returns the number of sequences in the index.
-func (ix *seqIndex) count() int {
-	n := 0
-	for _, r := range ix.runs {
-		n += int(r.last - r.first + 1)
-	}
-	return n
-}
+func (ix *seqIndex) count() int { return ix.n }
 
 // seqRun is a run of consecutive sequences of one tenant.
 type seqRun struct {
@@ -58,6 +53,7 @@ func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) {
 			return
 		case seq == last.last+1:
 			last.last = seq
+			ix.n++
 			if last.offMs != nil {
 				// Millisecond instants, not a truncated duration, so that
 				// base + offset is the event's own millisecond.
@@ -74,11 +70,24 @@ func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) {
 		return
 	}
 	ix.runs = append(ix.runs, seqRun{first: seq, last: seq, at: at, offMs: []uint32{0}})
+	ix.n++
 	if len(ix.runs) > maxRuns {
 		drop := len(ix.runs) - maxRuns
 		ix.floor = ix.runs[drop].first
-		ix.runs = append(ix.runs[:0], ix.runs[drop:]...)
+		ix.forget(drop)
 	}
+}
+
+// forget drops the first k runs. It reslices rather than copies what
+// stays: a tenant at maxRuns forgets a run at every new one, and trim runs
+// at every grant, and copying 100,000 runs each time cost more than the
+// grant (the array is copied once it fills, as append grows it).
+func (ix *seqIndex) forget(k int) {
+	for _, r := range ix.runs[:k] {
+		ix.n -= int(r.last - r.first + 1)
+	}
+	clear(ix.runs[:k]) // let their times go
+	ix.runs = ix.runs[k:]
 }
 
 // trim forgets sequences below cursor. The index no longer knows them, so
@@ -89,14 +98,13 @@ func (ix *seqIndex) trim(cursor uint64) {
 	for i < len(ix.runs) && ix.runs[i].last < cursor {
 		i++
 	}
-	if i > 0 {
-		ix.runs = append(ix.runs[:0], ix.runs[i:]...)
-	}
+	ix.forget(i)
 	if len(ix.runs) > 0 && ix.runs[0].first < cursor {
 		r := &ix.runs[0]
 		if r.offMs != nil {
 			r.offMs = r.offMs[cursor-r.first:]
 		}
+		ix.n -= int(cursor - r.first)
 		r.first = cursor
 	}
 }
@@ -148,12 +156,11 @@ func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, co
 	var from uint64
 	inBatch, taken := 0, 0
 	for i, r := range ix.runs {
+		if taken == n {
+			break
+		}
 		lastRun := i == len(ix.runs)-1
-		for seq := r.first; seq <= r.last; {
-			if taken == n {
-				rest += r.last - seq + 1
-				break
-			}
+		for seq := r.first; seq <= r.last && taken < n; {
 			if inBatch == 0 {
 				from = seq
 			}
@@ -176,7 +183,7 @@ func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, co
 		}
 		lists = append(lists, list)
 	}
-	return ranges, counts, lists, at, rest
+	return ranges, counts, lists, at, uint64(ix.n - taken)
 }
 
 // list returns the known sequences in r.
