@@ -456,7 +456,8 @@ const backfillWaitMax = 20 * time.Millisecond
 // batch of events (cut) from the start-up backfill's part of the index
 // while the backfill is still on its way, and reports whether it did: the
 // tenant is back in the rounds once the backfill has rung the rest of a
-// batch of its events, or after backfillWaitMax. The next grant cuts
+// batch of its events, after backfillWaitMax, or at a release of one of
+// its slots, whichever comes first (a hold: holdBack). The next grant cuts
 // whatever is there. Two floods whose events interleave had been cut in
 // batches of about 150 events as the backfill delivered them, a grant, a
 // PostgreSQL statement and a work item each.

@@ -255,7 +255,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	start := time.Now()
 	cfg.publishBacklog(e)
 	r.publish = time.Since(start)
-	testenv.SyncDisk() // its writeback would fall into the next run's drain
+	testenv.SyncDisk() // its writeback could fall into the next run's drain
 
 	d := newDrain(cfg.noisyN)
 	small := func(t string) bool { return !cfg.isNoisy(t) }
@@ -401,7 +401,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig, name string) no
 	start := time.Now()
 	cfg.publishBacklog(e)
 	r.publish = time.Since(start)
-	testenv.SyncDisk() // its writeback would fall into the next run's drain
+	testenv.SyncDisk() // its writeback could fall into the next run's drain
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {
 		b.Fatal(err)

@@ -502,7 +502,6 @@ func TestStaleHoldKeepsLimitBlock(t *testing.T) {
 		}
 		x.mu.Lock()
 		_ = sched.Done(k, 0, 0)
-		ts.backWaited = false
 		x.mu.Unlock()
 	}
 }

@@ -55,9 +55,9 @@ import (
 //     before the replay made the comparison depend on when a stray 200 ms
 //     stall happened to fall); the first 0.5 s of each window is left out.
 //     Short windows split even a stall of some tens of seconds between
-//     both sides: with 10 s windows, a few such stalls that fell on one
-//     side moved the pooled p99 by more than the replay did (0.59× and
-//     1.26× in two runs).
+//     both sides: with 10 s windows, where such stalls fell moved the
+//     pooled p99 by more than the replay did (0.59× in one run, 1.26× in
+//     another).
 //
 // Latency is a small tenant's event from the start of its publish to the
 // end of the Apply that applied it. Reported: the small tenants' p50 and
