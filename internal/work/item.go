@@ -86,11 +86,11 @@ func (t *Times) At(i int) time.Time {
 	return time.UnixMilli(t.BaseMs + int64(t.OffsetsMs[i])).UTC()
 }
 
-// SeqsMax is the most sequences an item lists (Item.Seqs): as many events
-// as one direct get of ReadItem returns. Sinks older than this accepted
-// 64; a dispatcher that lists more needs sinks of this version (upgrade
-// the sinks first).
-const SeqsMax = readItemChunk
+// SeqsMax is the most sequences an item lists (Item.Seqs). Sinks older
+// than this accepted 64; a dispatcher that lists more needs sinks of this
+// version (upgrade the sinks first). ReadItem reads them ReadChunk at a
+// time.
+const SeqsMax = 1000
 
 // SeqsSmall is the most sequences the dispatcher lists for a batch that
 // RangeRead does not read as a range: each is then a request of its own.

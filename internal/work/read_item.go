@@ -2,13 +2,35 @@ package work
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/fairwayhq/fairway/pkg/events"
 )
 
-// readItemChunk bounds one direct get of ReadItem.
-const readItemChunk = 1000
+// ReadChunk bounds the events one direct get of ReadItem asks for, and
+// ReadsInFlight a Reader's direct gets of ReadItem in flight at once: at
+// most 4,000 events asked for and not yet received, however many workers
+// a sink runs.
+//
+// The server stores each publish to a stream, acknowledges it and sends
+// every direct-get reply from one loop per stream (nats-server's stream
+// internalLoop), and a direct get holds off the stream's writes while it
+// loads its events. So every event a sink has asked for and not yet
+// received is queued ahead of other tenants' publishes. Measured while 16
+// workers read a flood (BenchmarkPublishAckUnderReads, docs/sinks.md
+// "Reading in chunks"): with 1,000 events per get, other tenants' publish
+// acknowledgements took 19–55 ms at the p99; with 250, 9–20 ms; with
+// 100, 5–9 ms, but 9–18% fewer events were read per second. In the whole
+// pipeline (BenchmarkNoisyNeighbor) 250 per get took the small tenants'
+// p99 from 27–57 ms to 26–41 ms in most runs, at the same drain rate.
+// Tighter bounds in flight (4 gets of 250, 2 of 500) shortened the queue
+// further but slowed the drain: items waited to be read while holding
+// their slot leases.
+const ReadChunk = 250
+
+// ReadsInFlight: see ReadChunk.
+const ReadsInFlight = 16
 
 // ReadItem returns it's events: those of it.Tenant with sequences in
 // it.FromSeq..it.ToSeq, in order, at most it.Count. It does not fail when
@@ -54,7 +76,7 @@ func (r *Reader) ReadItem(ctx context.Context, it Item) ([]Stored, error) {
 func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, err error) {
 	chunks := func(yield func(uint64, int) bool) {
 		for from := it.FromSeq; from <= it.ToSeq; {
-			n := int(min(it.ToSeq-from+1, readItemChunk))
+			n := int(min(it.ToSeq-from+1, uint64(r.chunk)))
 			if !yield(from, n) {
 				return
 			}
@@ -85,7 +107,7 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 	}
 	for from, n := range seqs {
 		for n > 0 {
-			b, err := r.get(ctx, it.Tenant, directGetRequest{Seq: from, Batch: n, NoHdr: true}, from, 0, ReadOptions{})
+			b, err := r.itemGet(ctx, it.Tenant, directGetRequest{Seq: from, Batch: n, NoHdr: true}, from, 0)
 			if err != nil {
 				return nil, false, err
 			}
@@ -108,7 +130,7 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 				}
 			}
 			if keep == nil {
-				if out == nil { // the whole item in one reply, as usual
+				if out == nil { // the whole item in one reply (up to ReadChunk events)
 					out = b.Msgs
 				} else {
 					out = append(out, b.Msgs...)
@@ -118,6 +140,21 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 		}
 	}
 	return out, len(out) == it.Count, nil
+}
+
+// itemGet is r.get for ReadItem: it waits for one of the Reader's
+// ReadsInFlight places first, so that the events asked for and not yet
+// received stay few (ReadChunk).
+func (r *Reader) itemGet(ctx context.Context, tenant string, dg directGetRequest, from, upTo uint64) (Batch, error) {
+	if r.slots != nil {
+		select {
+		case r.slots <- struct{}{}:
+			defer func() { <-r.slots }()
+		case <-ctx.Done():
+			return Batch{}, fmt.Errorf("%w: tenant %s from %d: waiting for a read: %v", ErrStreamRead, tenant, from, ctx.Err())
+		}
+	}
+	return r.get(ctx, tenant, dg, from, upTo, ReadOptions{})
 }
 
 // listedSeqs returns a filter of a listed item's sequences for a read in
@@ -168,7 +205,7 @@ func (r *Reader) ReadItemHeaders(ctx context.Context, it Item) ([]Stored, error)
 	switch {
 	case listed && !RangeRead(it.Count, width):
 		for _, seq := range it.Seqs {
-			b, err := r.get(ctx, it.Tenant, directGetRequest{Seq: seq, Batch: 1}, seq, seq, ReadOptions{})
+			b, err := r.itemGet(ctx, it.Tenant, directGetRequest{Seq: seq, Batch: 1}, seq, seq)
 			if err != nil {
 				return out, err
 			}
@@ -186,7 +223,8 @@ func (r *Reader) ReadItemHeaders(ctx context.Context, it Item) ([]Stored, error)
 	case it.FromSeq == 0 || it.ToSeq < it.FromSeq || uint64(it.Count) != width:
 		// Shared with other tenants, not listed: a filtered read.
 		for from := it.FromSeq; from <= it.ToSeq && len(out) < it.Count; {
-			b, err := r.Next(ctx, it.Tenant, from, it.ToSeq, ReadOptions{Max: min(it.Count-len(out), readItemChunk)})
+			n := min(it.Count-len(out), r.chunk, int(min(it.ToSeq-from+1, uint64(r.chunk))))
+			b, err := r.itemGet(ctx, it.Tenant, directGetRequest{Seq: max64(from, 1), NextFor: filter, Batch: n}, from, it.ToSeq)
 			if err != nil {
 				return out, err
 			}
@@ -199,8 +237,8 @@ func (r *Reader) ReadItemHeaders(ctx context.Context, it Item) ([]Stored, error)
 		return out, nil
 	}
 	for from := it.FromSeq; from <= it.ToSeq && len(out) < it.Count; {
-		n := int(min(it.ToSeq-from+1, readItemChunk))
-		b, err := r.get(ctx, it.Tenant, directGetRequest{Seq: from, Batch: n}, from, it.ToSeq, ReadOptions{})
+		n := int(min(it.ToSeq-from+1, uint64(r.chunk)))
+		b, err := r.itemGet(ctx, it.Tenant, directGetRequest{Seq: from, Batch: n}, from, it.ToSeq)
 		if err != nil {
 			return out, err
 		}

@@ -3,7 +3,12 @@ package work_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,4 +352,112 @@ func TestReadItemServerWithoutNoHdr(t *testing.T) {
 			t.Errorf("seq %d: tenant %s subject %q bare %v, want acme's, read with headers", s.Seq, ev.Tenant, s.Subject, s.Bare)
 		}
 	}
+}
+
+// ReadItem asks for at most ReadChunk events per direct get and has at
+// most ReadsInFlight of a Reader's gets in flight, however many items are
+// read at once: the server queues the replies of every get in flight ahead
+// of other tenants' publishes. A responder stands in for the stream
+// (a core subscription on the direct-get subject of a stream that does not
+// exist) so that the gets it holds can be counted.
+func TestReadItemBoundsGetsInFlight(t *testing.T) {
+	t.Parallel()
+	_, nc := testenv.NATS(t)
+	var mu sync.Mutex
+	inFlight, most, gets := 0, 0, 0
+	var asked []int
+	sub, err := nc.Subscribe("$JS.API.DIRECT.GET.FAKE", func(m *nats.Msg) {
+		var req struct {
+			Seq   uint64 `json:"seq"`
+			Batch int    `json:"batch"`
+			NoHdr bool   `json:"no_hdr"`
+		}
+		if err := json.Unmarshal(m.Data, &req); err != nil || !req.NoHdr || req.Batch < 1 {
+			t.Errorf("request %s: %v", m.Data, err)
+			return
+		}
+		mu.Lock()
+		inFlight++
+		most, gets = max(most, inFlight), gets+1
+		asked = append(asked, req.Batch)
+		mu.Unlock()
+		go func() {
+			time.Sleep(5 * time.Millisecond) // held long enough for the others to pile up
+			for range req.Batch {
+				if err := nc.Publish(m.Reply, []byte("x")); err != nil {
+					t.Error(err)
+				}
+			}
+			mu.Lock()
+			inFlight-- // before the end of batch: the reader may ask again once it has it
+			mu.Unlock()
+			eob := nats.NewMsg(m.Reply)
+			eob.Header.Set("Status", "204")
+			eob.Header.Set("Nats-Last-Sequence", strconv.FormatUint(req.Seq+uint64(req.Batch)-1, 10))
+			if err := nc.PublishMsg(eob); err != nil {
+				t.Error(err)
+			}
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	const readers, count = 2*work.ReadsInFlight + 4, 2*work.ReadChunk + 1
+	rd := work.NewReader(nc, "FAKE")
+	var wg sync.WaitGroup
+	for i := range readers {
+		wg.Go(func() {
+			from := uint64(1 + i*count)
+			it := work.Item{Tenant: "acme", FromSeq: from, ToSeq: from + count - 1, Count: count,
+				Times: &work.Times{BaseMs: 1_764_000_000_000, OffsetsMs: make([]uint32, count)}}
+			got, err := rd.ReadItem(context.Background(), it)
+			if err != nil || len(got) != count || got[count-1].Seq != it.ToSeq || !got[0].Bare {
+				t.Errorf("reader %d: %d events (last %v), %v", i, len(got), got[len(got)-1:], err)
+			}
+		})
+	}
+	wg.Wait()
+	if most > work.ReadsInFlight || most < 1 {
+		t.Errorf("%d gets in flight at most, want 1..%d", most, work.ReadsInFlight)
+	}
+	if want := readers * 3; gets != want {
+		t.Errorf("%d gets for %d items of %d events, want %d (ReadChunk %d)", gets, readers, count, want, work.ReadChunk)
+	}
+	for _, n := range asked {
+		if n > work.ReadChunk {
+			t.Errorf("a get asked for %d events, more than ReadChunk (%d)", n, work.ReadChunk)
+		}
+	}
+
+	// A read waiting for a place gives up with its context: a stream that
+	// never answers holds every place.
+	var held atomic.Int32
+	stuck, err := nc.Subscribe("$JS.API.DIRECT.GET.STUCK", func(*nats.Msg) { held.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stuck.Unsubscribe() })
+	rd = work.NewReader(nc, "STUCK")
+	one := work.Item{Tenant: "acme", FromSeq: 1, ToSeq: 1, Count: 1, Times: &work.Times{OffsetsMs: []uint32{0}}}
+	holders, stop := context.WithCancel(context.Background())
+	defer stop()
+	for range work.ReadsInFlight {
+		wg.Go(func() { _, _ = rd.ReadItem(holders, one) })
+	}
+	if !testenv.WaitUntil(context.Background(), time.Now().Add(10*time.Second), func() bool { return held.Load() == work.ReadsInFlight }) {
+		t.Fatalf("%d gets reached the stream, want %d", held.Load(), work.ReadsInFlight)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = rd.ReadItem(ctx, one)
+	if !errors.Is(err, work.ErrStreamRead) || !strings.Contains(err.Error(), "waiting for a read") {
+		t.Errorf("a read with every place taken: %v, want ErrStreamRead waiting for a read", err)
+	}
+	if n := held.Load(); n != work.ReadsInFlight {
+		t.Errorf("%d gets reached the stream, want %d: the waiting read asked too", n, work.ReadsInFlight)
+	}
+	stop()
+	wg.Wait()
 }

@@ -49,6 +49,8 @@ type Reader struct {
 	nc      *nats.Conn
 	stream  string
 	timeout time.Duration
+	chunk   int           // events one direct get of ReadItem asks for: ReadChunk
+	slots   chan struct{} // one per direct get of ReadItem in flight: ReadsInFlight; nil: no bound
 }
 
 // ReaderTimeoutDefault bounds one direct-get exchange when ctx has no deadline.
@@ -56,7 +58,8 @@ const ReaderTimeoutDefault = 10 * time.Second
 
 // NewReader returns a Reader on stream (default PRODUCTS).
 func NewReader(nc *nats.Conn, stream string) *Reader {
-	return &Reader{nc: nc, stream: cmp.Or(stream, events.StreamName), timeout: ReaderTimeoutDefault}
+	return &Reader{nc: nc, stream: cmp.Or(stream, events.StreamName), timeout: ReaderTimeoutDefault, chunk: ReadChunk,
+		slots: make(chan struct{}, ReadsInFlight)}
 }
 
 type directGetRequest struct {
@@ -158,7 +161,7 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 	}
 	var b Batch
 	if max > 1 {
-		b.Msgs = make([]Stored, 0, min(max, readItemChunk))
+		b.Msgs = make([]Stored, 0, min(max, SeqsMax))
 	}
 	for {
 		var m *nats.Msg

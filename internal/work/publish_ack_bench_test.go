@@ -1,0 +1,194 @@
+package work_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
+)
+
+// BenchmarkPublishAckUnderReads measures what a sink's reads cost other
+// tenants' publishes. The server answers direct gets from the loop that
+// also stores each publish to the stream and acknowledges it, so the
+// events a sink has asked for and not yet received are queued ahead of
+// every publish (work.ReadChunk).
+//
+// A server in a process of its own (testenv.BenchNATS) holds a backlog of
+// FAIRWAY_BENCH_EVENTS (default 1,000,000) events of one tenant. For each
+// chunk size, 16 workers on one connection (as a sink runner's share
+// one) read the backlog as 500-event dense items with store times
+// (ReadItem, without headers, as sinks read a flood) and hold each for
+// the noisy-neighbour benchmark's apply time (1 ms + 20 µs per event),
+// while 100 small tenants publish 5 events/s each (one every 2 ms, each
+// publish on its own goroutine) for FAIRWAY_BENCH_WINDOW (default 10s).
+// Reported per chunk size: the small publishes' acknowledgement time
+// p50/p99/max and the events read per second.
+//
+// Run: go test -run '^$' -bench BenchmarkPublishAckUnderReads -benchtime 1x ./internal/work/
+func BenchmarkPublishAckUnderReads(b *testing.B) {
+	n := testenv.EnvInt(b, "FAIRWAY_BENCH_EVENTS", 1_000_000)
+	window := testenv.EnvDuration(b, "FAIRWAY_BENCH_WINDOW", 10*time.Second)
+	const item, workers = 500, 16
+	if n < 2*item {
+		b.Fatalf("FAIRWAY_BENCH_EVENTS=%d: want at least %d", n, 2*item)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	url, _, stop := testenv.BenchNATS(b)
+	defer stop()
+	connect := func(name string) *nats.Conn {
+		nc, err := nats.Connect(url, nats.Name(name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		return nc
+	}
+	publisher := func(name string) *events.Publisher {
+		js, err := jetstream.New(connect(name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pub, err := events.NewPublisher(js)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return pub
+	}
+	js, err := jetstream.New(connect("admin"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"name":"Espresso machine","price":{"amount":41900,"currency":"EUR"},"tags":["kitchen","coffee"],"stock":17}`)
+	var product atomic.Int64
+	event := func(tenant string) events.Event {
+		return events.Event{Tenant: tenant, ProductID: "p" + strconv.FormatInt(product.Add(1), 10), Version: 1,
+			Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: payload}
+	}
+
+	// The backlog: sequences 1..n, all the noisy tenant's.
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	var pubErr atomic.Value
+	for p := range 4 {
+		pub := publisher(fmt.Sprintf("bulk-%d", p))
+		wg.Go(func() {
+			const chunk = 5000
+			for {
+				off := int(next.Add(chunk)) - chunk
+				if off >= n {
+					return
+				}
+				evs := make([]events.Event, 0, chunk)
+				for range min(chunk, n-off) {
+					evs = append(evs, event("noisy"))
+				}
+				for _, r := range pub.Publish(ctx, evs) {
+					if r.Err != nil {
+						pubErr.Store(r.Err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := pubErr.Load().(error); err != nil {
+		b.Fatalf("publish the backlog: %v", err)
+	}
+	testenv.SyncDisk() // its writeback must not fall into the first window
+	b.ResetTimer()
+
+	readConn, trickle := connect("sink"), publisher("trickle")
+	items := uint64(n / item)
+	for _, lim := range []struct{ chunk, inFlight int }{{1000, 0}, {500, 0}, {work.ReadChunk, work.ReadsInFlight}, {100, 0}, {250, 4}, {500, 2}} {
+		b.Run(fmt.Sprintf("chunk=%d/in_flight=%d", lim.chunk, lim.inFlight), func(b *testing.B) {
+			rd := work.NewReader(readConn, "")
+			work.SetReadLimits(rd, lim.chunk, lim.inFlight)
+			var read atomic.Int64
+			var readErr atomic.Value
+			var nextItem atomic.Uint64
+			done := make(chan struct{})
+			var readers sync.WaitGroup
+			for range workers {
+				readers.Go(func() {
+					times := &work.Times{BaseMs: 1_700_000_000_000, OffsetsMs: make([]uint32, item)}
+					for {
+						select {
+						case <-done:
+							return
+						default:
+						}
+						k := nextItem.Add(1) % items
+						it := work.Item{Tenant: "noisy", FromSeq: k*item + 1, ToSeq: k*item + item, Count: item, Times: times}
+						got, err := rd.ReadItem(ctx, it)
+						switch {
+						case err != nil:
+							readErr.Store(err)
+							return
+						case len(got) != item || !got[0].Bare || got[item-1].Seq != it.ToSeq:
+							readErr.Store(fmt.Errorf("item %d-%d: %d events read (bare %v), want %d bare", it.FromSeq, it.ToSeq, len(got), len(got) > 0 && got[0].Bare, item))
+							return
+						}
+						read.Add(item)
+						time.Sleep(time.Millisecond + item*20*time.Microsecond)
+					}
+				})
+			}
+
+			var mu sync.Mutex
+			var acks []time.Duration
+			var pubs sync.WaitGroup
+			tick := time.NewTicker(2 * time.Millisecond)
+			start := time.Now()
+			for i := 0; time.Since(start) < window; i++ {
+				<-tick.C
+				tenant := fmt.Sprintf("s%03d", i%100)
+				pubs.Go(func() {
+					t0 := time.Now()
+					r := trickle.PublishOne(ctx, event(tenant))
+					d := time.Since(t0)
+					if r.Err != nil {
+						pubErr.Store(r.Err)
+						return
+					}
+					mu.Lock()
+					acks = append(acks, d)
+					mu.Unlock()
+				})
+			}
+			tick.Stop()
+			pubs.Wait()
+			elapsed := time.Since(start)
+			close(done)
+			readers.Wait()
+			if err, _ := readErr.Load().(error); err != nil {
+				b.Fatalf("read: %v", err)
+			}
+			if err, _ := pubErr.Load().(error); err != nil {
+				b.Fatalf("publish: %v", err)
+			}
+			slices.Sort(acks)
+			b.ReportMetric(testenv.Percentile(acks, 50), "ack_p50_ms")
+			b.ReportMetric(testenv.Percentile(acks, 99), "ack_p99_ms")
+			b.ReportMetric(testenv.Percentile(acks, 100), "ack_max_ms")
+			b.ReportMetric(float64(read.Load())/elapsed.Seconds(), "read_events_per_s")
+			b.ReportMetric(float64(len(acks)), "publishes")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
