@@ -17,16 +17,17 @@ import (
 // every direct-get reply from one loop per stream (nats-server's stream
 // internalLoop), and a direct get holds off the stream's writes while it
 // loads its events. So every event a sink has asked for and not yet
-// received is queued ahead of other tenants' publishes. Measured while 16
+// received is queued ahead of other tenants' publishes. Sinks used to ask
+// for a whole item (500 events by default) in one get. Measured while 16
 // workers read a flood (BenchmarkPublishAckUnderReads, docs/sinks.md
-// "Reading in chunks"): with 1,000 events per get, other tenants' publish
-// acknowledgements took 19–55 ms at the p99; with 250, 9–20 ms; with
-// 100, 5–9 ms, but 9–18% fewer events were read per second. In the whole
-// pipeline (BenchmarkNoisyNeighbor) 250 per get took the small tenants'
-// p99 from 27–57 ms to 26–41 ms in most runs, at the same drain rate.
-// Tighter bounds in flight (4 gets of 250, 2 of 500) shortened the queue
-// further but slowed the drain: items waited to be read while holding
-// their slot leases.
+// "Reading in chunks"), other tenants' publish acknowledgements took
+// 25–32 ms at the p99 with 500 per get, 15–20 ms with 250 (4–8% fewer
+// events read per second) and 7–8 ms with 100 (17–21% fewer). In the
+// whole pipeline (BenchmarkNoisyNeighbor) 250 per get took the small
+// tenants' median p99 from 47.6 to 35.4 ms at the same drain rate. A
+// bound below the sink's workers (4 gets in flight) shortened the queue
+// further but drained the flood about 10% more slowly in runs alternating
+// with this one: items waited to be read while holding their slot leases.
 const ReadChunk = 250
 
 // ReadsInFlight: see ReadChunk.
@@ -102,6 +103,9 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 		}
 	case uint64(it.Count) == it.ToSeq-it.FromSeq+1:
 		seqs = chunks
+		if it.Count > r.chunk { // more than one get: gather them in one slice
+			out = make([]Stored, 0, it.Count)
+		}
 	default:
 		return nil, false, nil
 	}
@@ -130,7 +134,7 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 				}
 			}
 			if keep == nil {
-				if out == nil { // the whole item in one reply (up to ReadChunk events)
+				if out == nil { // the whole item in one reply
 					out = b.Msgs
 				} else {
 					out = append(out, b.Msgs...)

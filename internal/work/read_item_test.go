@@ -54,16 +54,18 @@ func TestReadItem(t *testing.T) {
 	}
 	check := func(name string, it work.Item, wantSeqs []uint64) {
 		t.Helper()
-		got, err := work.NewReader(nc, "").ReadItem(ctx, it)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if len(got) != len(wantSeqs) {
-			t.Fatalf("%s: %d events, want %d", name, len(got), len(wantSeqs))
-		}
-		for i, s := range got {
-			if s.Seq != wantSeqs[i] || s.Subject != "products."+it.Tenant+".upsert" || s.Time.IsZero() || len(s.Data) == 0 {
-				t.Fatalf("%s: event %d = seq %d subject %s, want seq %d of %s", name, i, s.Seq, s.Subject, wantSeqs[i], it.Tenant)
+		for _, rd := range readers(nc) {
+			got, err := rd.ReadItem(ctx, it)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if len(got) != len(wantSeqs) {
+				t.Fatalf("%s: %d events, want %d", name, len(got), len(wantSeqs))
+			}
+			for i, s := range got {
+				if s.Seq != wantSeqs[i] || s.Subject != "products."+it.Tenant+".upsert" || s.Time.IsZero() || len(s.Data) == 0 {
+					t.Fatalf("%s: event %d = seq %d subject %s, want seq %d of %s", name, i, s.Seq, s.Subject, wantSeqs[i], it.Tenant)
+				}
 			}
 		}
 	}
@@ -170,24 +172,27 @@ func TestReadItemBare(t *testing.T) {
 	}
 	read := func(name string, it work.Item, wantSeqs []uint64, wantBare bool) []work.Stored {
 		t.Helper()
-		got, err := work.NewReader(nc, "").ReadItem(ctx, it)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if len(got) != len(wantSeqs) {
-			t.Fatalf("%s: %d events, want %d", name, len(got), len(wantSeqs))
-		}
-		for i, s := range got {
-			ev, err := events.Decode(s.Data)
-			if err != nil || s.Seq != wantSeqs[i] || ev.ProductID != body[s.Seq] || s.Bare != wantBare {
-				t.Fatalf("%s: event %d = seq %d product %s bare %v (%v), want seq %d product %s bare %v",
-					name, i, s.Seq, ev.ProductID, s.Bare, err, wantSeqs[i], body[wantSeqs[i]], wantBare)
+		var got []work.Stored
+		for _, rd := range readers(nc) {
+			var err error
+			if got, err = rd.ReadItem(ctx, it); err != nil {
+				t.Fatalf("%s: %v", name, err)
 			}
-			if wantBare && (!s.Time.Equal(it.Times.At(i)) || s.Subject != "" || s.Header != nil) {
-				t.Fatalf("%s: event %d time %v subject %q header %v, want time %v and no headers", name, i, s.Time, s.Subject, s.Header, it.Times.At(i))
+			if len(got) != len(wantSeqs) {
+				t.Fatalf("%s: %d events, want %d", name, len(got), len(wantSeqs))
 			}
-			if !wantBare && (s.Subject == "" || s.Time.IsZero()) {
-				t.Fatalf("%s: event %d read with headers lacks subject or time", name, i)
+			for i, s := range got {
+				ev, err := events.Decode(s.Data)
+				if err != nil || s.Seq != wantSeqs[i] || ev.ProductID != body[s.Seq] || s.Bare != wantBare {
+					t.Fatalf("%s: event %d = seq %d product %s bare %v (%v), want seq %d product %s bare %v",
+						name, i, s.Seq, ev.ProductID, s.Bare, err, wantSeqs[i], body[wantSeqs[i]], wantBare)
+				}
+				if wantBare && (!s.Time.Equal(it.Times.At(i)) || s.Subject != "" || s.Header != nil) {
+					t.Fatalf("%s: event %d time %v subject %q header %v, want time %v and no headers", name, i, s.Time, s.Subject, s.Header, it.Times.At(i))
+				}
+				if !wantBare && (s.Subject == "" || s.Time.IsZero()) {
+					t.Fatalf("%s: event %d read with headers lacks subject or time", name, i)
+				}
 			}
 		}
 		return got
@@ -354,6 +359,15 @@ func TestReadItemServerWithoutNoHdr(t *testing.T) {
 	}
 }
 
+// readers are a Reader with the default limits and one that asks for 2
+// events per get, one get at a time, so that every way ReadItem reads is
+// also read in several gets.
+func readers(nc *nats.Conn) []*work.Reader {
+	small := work.NewReader(nc, "")
+	work.SetReadLimits(small, 2, 1)
+	return []*work.Reader{work.NewReader(nc, ""), small}
+}
+
 // ReadItem asks for at most ReadChunk events per direct get and has at
 // most ReadsInFlight of a Reader's gets in flight, however many items are
 // read at once: the server queues the replies of every get in flight ahead
@@ -404,32 +418,34 @@ func TestReadItemBoundsGetsInFlight(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	const readers, count = 2*work.ReadsInFlight + 4, 2*work.ReadChunk + 1
+	const items, count = 2*work.ReadsInFlight + 4, 2*work.ReadChunk + 1
 	rd := work.NewReader(nc, "FAKE")
 	var wg sync.WaitGroup
-	for i := range readers {
+	for i := range items {
 		wg.Go(func() {
 			from := uint64(1 + i*count)
 			it := work.Item{Tenant: "acme", FromSeq: from, ToSeq: from + count - 1, Count: count,
 				Times: &work.Times{BaseMs: 1_764_000_000_000, OffsetsMs: make([]uint32, count)}}
 			got, err := rd.ReadItem(context.Background(), it)
 			if err != nil || len(got) != count || got[count-1].Seq != it.ToSeq || !got[0].Bare {
-				t.Errorf("reader %d: %d events (last %v), %v", i, len(got), got[len(got)-1:], err)
+				t.Errorf("item %d: %d events, want %d bare, last at %d: %v", i, len(got), count, it.ToSeq, err)
 			}
 		})
 	}
 	wg.Wait()
+	mu.Lock()
 	if most > work.ReadsInFlight || most < 1 {
 		t.Errorf("%d gets in flight at most, want 1..%d", most, work.ReadsInFlight)
 	}
-	if want := readers * 3; gets != want {
-		t.Errorf("%d gets for %d items of %d events, want %d (ReadChunk %d)", gets, readers, count, want, work.ReadChunk)
+	if want := items * 3; gets != want {
+		t.Errorf("%d gets for %d items of %d events, want %d (ReadChunk %d)", gets, items, count, want, work.ReadChunk)
 	}
 	for _, n := range asked {
 		if n > work.ReadChunk {
 			t.Errorf("a get asked for %d events, more than ReadChunk (%d)", n, work.ReadChunk)
 		}
 	}
+	mu.Unlock()
 
 	// A read waiting for a place gives up with its context: a stream that
 	// never answers holds every place.
