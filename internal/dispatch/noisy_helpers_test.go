@@ -25,6 +25,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/testenv/benchload"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
@@ -33,9 +34,6 @@ import (
 // Helpers of the benchmarks in noisy_bench_test.go. Unlike setup, a
 // benchEnv is closed by the benchmark itself, so that two runs in one
 // benchmark (fairway, then the FIFO baseline) never share a server.
-
-// benchPayload is a realistic small product body (~110 bytes).
-var benchPayload = []byte(`{"name":"Espresso machine","price":{"amount":41900,"currency":"EUR"},"tags":["kitchen","coffee"],"stock":17}`)
 
 // benchEnv is one fresh JetStream server (testenv.BenchNATS: in a process
 // of its own unless FAIRWAY_BENCH_NATS=embedded) with PRODUCTS (and WORK),
@@ -138,49 +136,19 @@ func (e *benchEnv) close() {
 	e.stop()
 }
 
-var benchProductN atomic.Int64
-
-func benchEvent(tenant string) events.Event {
-	return events.Event{Tenant: tenant, ProductID: "p" + strconv.FormatInt(benchProductN.Add(1), 10), Version: 1,
-		Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: benchPayload}
-}
-
 // publishBulk publishes n events with publishers goroutines, each with its
 // own connection and events.Publisher; tenantOf(i) names event i's tenant.
 func (e *benchEnv) publishBulk(n, publishers int, tenantOf func(i int) string) {
 	e.tb.Helper()
-	const chunk = 5000
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, publishers)
-	for p := range publishers {
+	pubs := make([]*events.Publisher, publishers)
+	for p := range pubs {
 		pub, err := events.NewPublisher(e.js(e.conn(fmt.Sprintf("bulk-%d", p))))
 		if err != nil {
 			e.tb.Fatal(err)
 		}
-		wg.Go(func() {
-			evs := make([]events.Event, 0, chunk)
-			for {
-				off := int(next.Add(chunk)) - chunk
-				if off >= n {
-					return
-				}
-				evs = evs[:0]
-				for i := off; i < min(n, off+chunk); i++ {
-					evs = append(evs, benchEvent(tenantOf(i)))
-				}
-				for _, r := range pub.Publish(e.ctx, evs) {
-					if r.Err != nil {
-						errs <- r.Err
-						return
-					}
-				}
-			}
-		})
+		pubs[p] = pub
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if _, _, err := benchload.Publish(e.ctx, pubs, n, tenantOf); err != nil {
 		e.tb.Fatalf("publish: %v", err)
 	}
 }
@@ -228,7 +196,7 @@ func startTrickle(ctx context.Context, pub *events.Publisher, tenants []string, 
 				if at.Sub(due) > 50*time.Millisecond {
 					tr.late.Add(1)
 				}
-				r := pub.PublishOne(ctx, benchEvent(tenant))
+				r := pub.PublishOne(ctx, benchload.Event(tenant))
 				if r.Err != nil {
 					tr.errs.Add(1)
 					continue

@@ -26,6 +26,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/testenv/benchload"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
@@ -436,59 +437,20 @@ func (e *replayBenchEnv) setLimit(st *tenancy.Store, tenant string, limit int) {
 	}
 }
 
-// replayBenchPayload is a realistic small product body (~110 bytes).
-var replayBenchPayload = []byte(`{"name":"Espresso machine","price":{"amount":41900,"currency":"EUR"},"tags":["kitchen","coffee"],"stock":17}`)
-
-var replayBenchProduct atomic.Int64
-
-func replayBenchEvent(tenant string) events.Event {
-	return events.Event{Tenant: tenant, ProductID: "p" + strconv.FormatInt(replayBenchProduct.Add(1), 10), Version: 1,
-		Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: replayBenchPayload}
-}
-
 // publishBulk publishes n events of tenant with publishers goroutines and
 // returns the lowest and highest sequence stored.
 func (e *replayBenchEnv) publishBulk(tenant string, n, publishers int) (first, last uint64) {
 	e.tb.Helper()
-	const chunk = 5000
-	var next atomic.Int64
-	var mu sync.Mutex
-	first = ^uint64(0)
-	var wg sync.WaitGroup
-	errs := make(chan error, publishers)
-	for p := range publishers {
+	pubs := make([]*events.Publisher, publishers)
+	for p := range pubs {
 		pub, err := events.NewPublisher(e.js(e.conn(fmt.Sprintf("bulk-%d", p))))
 		if err != nil {
 			e.tb.Fatal(err)
 		}
-		wg.Go(func() {
-			evs := make([]events.Event, 0, chunk)
-			for {
-				off := int(next.Add(chunk)) - chunk
-				if off >= n {
-					return
-				}
-				evs = evs[:0]
-				for range min(n, off+chunk) - off {
-					evs = append(evs, replayBenchEvent(tenant))
-				}
-				lo, hi := ^uint64(0), uint64(0)
-				for _, r := range pub.Publish(e.ctx, evs) {
-					if r.Err != nil {
-						errs <- r.Err
-						return
-					}
-					lo, hi = min(lo, r.Seq), max(hi, r.Seq)
-				}
-				mu.Lock()
-				first, last = min(first, lo), max(last, hi)
-				mu.Unlock()
-			}
-		})
+		pubs[p] = pub
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	first, last, err := benchload.Publish(e.ctx, pubs, n, func(int) string { return tenant })
+	if err != nil {
 		e.tb.Fatalf("publish: %v", err)
 	}
 	return first, last
@@ -738,7 +700,7 @@ func startLiveTrickle(ctx context.Context, pub *events.Publisher, tenants []stri
 				if at.Sub(due) > 50*time.Millisecond {
 					tr.late.Add(1)
 				}
-				r := pub.PublishOne(context.WithoutCancel(ctx), replayBenchEvent(tenant))
+				r := pub.PublishOne(context.WithoutCancel(ctx), benchload.Event(tenant))
 				if r.Err != nil {
 					tr.errs.Add(1)
 					continue

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/testenv/benchload"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
@@ -76,41 +76,13 @@ func BenchmarkPublishAckUnderReads(b *testing.B) {
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		b.Fatal(err)
 	}
-	payload := []byte(`{"name":"Espresso machine","price":{"amount":41900,"currency":"EUR"},"tags":["kitchen","coffee"],"stock":17}`)
-	var product atomic.Int64
-	event := func(tenant string) events.Event {
-		return events.Event{Tenant: tenant, ProductID: "p" + strconv.FormatInt(product.Add(1), 10), Version: 1,
-			Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: payload}
-	}
-
 	// The backlog: sequences 1..n, all the noisy tenant's.
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	var pubErr atomic.Value
-	for p := range 4 {
-		pub := publisher(fmt.Sprintf("bulk-%d", p))
-		wg.Go(func() {
-			const chunk = 5000
-			for {
-				off := int(next.Add(chunk)) - chunk
-				if off >= n {
-					return
-				}
-				evs := make([]events.Event, 0, chunk)
-				for range min(chunk, n-off) {
-					evs = append(evs, event("noisy"))
-				}
-				for _, r := range pub.Publish(ctx, evs) {
-					if r.Err != nil {
-						pubErr.Store(r.Err)
-						return
-					}
-				}
-			}
-		})
+	var pubErr atomic.Value // the first failed publish
+	pubs := make([]*events.Publisher, 4)
+	for p := range pubs {
+		pubs[p] = publisher(fmt.Sprintf("bulk-%d", p))
 	}
-	wg.Wait()
-	if err, _ := pubErr.Load().(error); err != nil {
+	if _, _, err := benchload.Publish(ctx, pubs, n, func(int) string { return "noisy" }); err != nil {
 		b.Fatalf("publish the backlog: %v", err)
 	}
 	testenv.SyncDisk() // its writeback must not fall into the first window
@@ -122,6 +94,7 @@ func BenchmarkPublishAckUnderReads(b *testing.B) {
 	warm := work.NewReader(readConn, "")
 	var warmNext atomic.Uint64
 	var warmErr atomic.Value
+	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			times := &work.Times{BaseMs: 1_700_000_000_000, OffsetsMs: make([]uint32, item)}
@@ -185,7 +158,7 @@ func BenchmarkPublishAckUnderReads(b *testing.B) {
 				tenant := fmt.Sprintf("s%03d", i%100)
 				pubs.Go(func() {
 					t0 := time.Now()
-					r := trickle.PublishOne(ctx, event(tenant))
+					r := trickle.PublishOne(ctx, benchload.Event(tenant))
 					d := time.Since(t0)
 					if r.Err != nil {
 						pubErr.Store(r.Err)

@@ -227,8 +227,8 @@ func (r *Reader) ReadItemHeaders(ctx context.Context, it Item) ([]Stored, error)
 	case it.FromSeq == 0 || it.ToSeq < it.FromSeq || uint64(it.Count) != width:
 		// Shared with other tenants, not listed: a filtered read.
 		for from := it.FromSeq; from <= it.ToSeq && len(out) < it.Count; {
-			n := min(it.Count-len(out), r.chunk, int(min(it.ToSeq-from+1, uint64(r.chunk))))
-			b, err := r.itemGet(ctx, it.Tenant, directGetRequest{Seq: max64(from, 1), NextFor: filter, Batch: n}, from, it.ToSeq)
+			dg := nextRequest(filter, from, it.ToSeq, min(it.Count-len(out), r.chunk))
+			b, err := r.itemGet(ctx, it.Tenant, dg, from, it.ToSeq)
 			if err != nil {
 				return out, err
 			}

@@ -53,6 +53,10 @@ type Reader struct {
 	slots   chan struct{} // one per direct get of ReadItem in flight: ReadsInFlight; nil: no bound
 }
 
+// getPrealloc bounds the room one direct get's batch is allocated with
+// before its replies arrive.
+const getPrealloc = 1000
+
 // ReaderTimeoutDefault bounds one direct-get exchange when ctx has no deadline.
 const ReaderTimeoutDefault = 10 * time.Second
 
@@ -86,11 +90,18 @@ func (r *Reader) Next(ctx context.Context, tenant string, from, upTo uint64, opt
 	if err != nil {
 		return Batch{}, err
 	}
-	max := cmp.Or(opts.Max, 500)
+	dg := nextRequest(subj, from, upTo, cmp.Or(opts.Max, 500))
+	dg.MaxBytes = opts.MaxBytes
+	return r.get(ctx, tenant, dg, from, upTo, opts)
+}
+
+// nextRequest is the direct get of up to max events on subj with
+// sequence ≥ from and ≤ upTo (0: no upper bound).
+func nextRequest(subj string, from, upTo uint64, max int) directGetRequest {
 	if upTo > 0 && upTo >= from && upTo-from+1 < uint64(max) {
 		max = int(upTo - from + 1)
 	}
-	return r.get(ctx, tenant, directGetRequest{Seq: max64(from, 1), NextFor: subj, Batch: max, MaxBytes: opts.MaxBytes}, from, upTo, opts)
+	return directGetRequest{Seq: max64(from, 1), NextFor: subj, Batch: max}
 }
 
 // Pending counts tenant's events with sequence ≥ from.
@@ -161,7 +172,7 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 	}
 	var b Batch
 	if max > 1 {
-		b.Msgs = make([]Stored, 0, min(max, SeqsMax))
+		b.Msgs = make([]Stored, 0, min(max, getPrealloc))
 	}
 	for {
 		var m *nats.Msg
