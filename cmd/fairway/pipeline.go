@@ -255,7 +255,7 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (_ *pipeline, err er
 	if err != nil {
 		return nil, err
 	}
-	pub, err := events.NewPublisher(ip.js, events.WithValidatedEvents())
+	pub, err := ingest.NewPublisher(ip.js)
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func run(ctx context.Context, cfg Config) error {
 	if _, err := events.EnsureStream(startCtx, js, cfg.Stream); err != nil {
 		return err
 	}
-	pub, err := events.NewPublisher(js, events.WithValidatedEvents())
+	pub, err := ingest.NewPublisher(js)
 	if err != nil {
 		return err
 	}

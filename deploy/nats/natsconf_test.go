@@ -397,7 +397,7 @@ func TestSingleNode(t *testing.T) {
 			return err
 		})
 		c.denyPublish("$JS.API.STREAM.INFO.WORK")
-		c.denyPublish("$JS.API.DIRECT.GET.PRODUCTS")
+		c.denyPublish("$JS.API.DIRECT.GET.DLQ")
 		c.denyPublish("$JS.API.CONSUMER.CREATE.PRODUCTS.x")
 		c.denyAPI("$JS.API.STREAM.DELETE.PRODUCTS", func(ctx context.Context) error {
 			return c.js.DeleteStream(ctx, events.StreamName)

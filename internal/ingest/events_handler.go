@@ -116,6 +116,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			default:
 				out.Seq, out.Duplicate = res.Seq, res.Duplicate
 				resp.Accepted++
+				if res.ForeignDuplicate != 0 {
+					s.log.Warn("an event's id was held by another tenant's message; stored under an id of its own",
+						"tenant", tenant, "msg_id", valid[j].MsgID(), "other_seq", res.ForeignDuplicate, "seq", res.Seq)
+				}
 				if res.Duplicate {
 					resp.Duplicates++
 				}

@@ -24,3 +24,11 @@ func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 	}
 	return js, nil
 }
+
+// NewPublisher returns the Publisher ingest stores events with: events
+// arrive validated by the request decoder, and a duplicate is checked to
+// be the tenant's own (events.WithDuplicateOwnerCheck), so no other
+// tenant's message id can swallow an event.
+func NewPublisher(js jetstream.JetStream) (*events.Publisher, error) {
+	return events.NewPublisher(js, events.WithValidatedEvents(), events.WithDuplicateOwnerCheck())
+}

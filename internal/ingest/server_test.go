@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/ingest"
@@ -27,6 +28,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 type fixture struct {
 	url    string
+	js     jetstream.JetStream
 	stream jetstream.Stream
 	srv    *ingest.Server
 	tokens map[string]string // tenant → token
@@ -56,7 +58,7 @@ func setupDeps(t testing.TB, cfg ingest.Config, change func(*ingest.Deps)) *fixt
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := events.NewPublisher(js, events.WithValidatedEvents())
+	pub, err := ingest.NewPublisher(js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func setupDeps(t testing.TB, cfg ingest.Config, change func(*ingest.Deps)) *fixt
 	t.Cleanup(func() { _ = srv.Close(context.Background()) })
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	f := &fixture{url: hs.URL, stream: stream, srv: srv, tokens: map[string]string{}}
+	f := &fixture{url: hs.URL, js: js, stream: stream, srv: srv, tokens: map[string]string{}}
 	for _, id := range []string{"acme", "globex"} {
 		_, tok, err := store.CreateTenant(ctx, id, id)
 		if err != nil {
@@ -225,6 +227,57 @@ func TestDuplicateIdempotencyKeyIsStoredOnce(t *testing.T) {
 	}
 	if n := f.msgs(t); n != 1 {
 		t.Fatalf("stream holds %d messages, want 1", n)
+	}
+}
+
+// JetStream de-duplicates stream-wide; one tenant must not be able to
+// claim another's idempotency keys, through ingest or with a NATS user of
+// its own that sets Nats-Msg-Id itself.
+func TestIdempotencyKeysAreScopedToTheTenant(t *testing.T) {
+	t.Parallel()
+	f := setup(t, ingest.Config{})
+	post := func(tenant, line string) ingest.EventResult {
+		t.Helper()
+		resp, b := f.post(t, "/v1/tenants/"+tenant+"/events", f.tokens[tenant], "application/x-ndjson", ndjson(line))
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("%s: status %d: %s", tenant, resp.StatusCode, b)
+		}
+		return decode(t, b).Results[0]
+	}
+	stored := func(res ingest.EventResult) string {
+		t.Helper()
+		m, err := f.stream.GetMsg(context.Background(), res.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Subject
+	}
+
+	// Through ingest: globex picks acme's default key for a decoy.
+	decoy := post("globex", `{"product_id":"decoy","version":1,"op":"upsert","payload":{"n":"x"},"idempotency_key":"acme:victim:1"}`)
+	victim := post("acme", `{"product_id":"victim","version":1,"op":"upsert","payload":{"n":"x"}}`)
+	if victim.Duplicate || victim.Seq == decoy.Seq || stored(victim) != "products.acme.upsert" {
+		t.Fatalf("acme's event after globex's decoy: %+v (decoy %+v)", victim, decoy)
+	}
+	if again := post("acme", `{"product_id":"victim","version":1,"op":"upsert","payload":{"n":"x"}}`); !again.Duplicate || again.Seq != victim.Seq {
+		t.Fatalf("acme's own repeat: %+v, want a duplicate of seq %d", again, victim.Seq)
+	}
+	if again := post("globex", `{"product_id":"decoy","version":1,"op":"upsert","payload":{"n":"x"},"idempotency_key":"acme:victim:1"}`); !again.Duplicate || again.Seq != decoy.Seq {
+		t.Fatalf("globex's own repeat: %+v, want a duplicate of seq %d", again, decoy.Seq)
+	}
+
+	// Through NATS: a message on globex's subject with acme's next id.
+	forged := &nats.Msg{Subject: "products.globex.upsert", Header: nats.Header{}, Data: []byte(`{"tenant":"globex","product_id":"decoy","version":2,"op":"upsert","occurred_at":"2026-11-20T10:00:00Z","payload":{}}`)}
+	forged.Header.Set(events.HeaderMsgID, "acme:victim:2")
+	ack, err := f.js.PublishMsg(context.Background(), forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a retry is stored too rather than lost
+		victim = post("acme", `{"product_id":"victim","version":2,"op":"upsert","payload":{"n":"x"}}`)
+		if victim.Seq == ack.Sequence || stored(victim) != "products.acme.upsert" {
+			t.Fatalf("acme's event after a forged id at seq %d: %+v", ack.Sequence, victim)
+		}
 	}
 }
 

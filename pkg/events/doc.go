@@ -17,8 +17,9 @@
 // products.<tenant>.<op> (Subject). A tenant id is one subject token
 // (ValidateTenant: ^[a-z0-9][a-z0-9_-]{0,62}$), so it can never add tokens
 // or wildcards. The message body is the event's JSON, tenant included.
-// Headers are kept to what is needed: Nats-Msg-Id is Event.Key() so that
-// JetStream drops a repeat inside the stream's duplicate window, and
+// Headers are kept to what is needed: Nats-Msg-Id is Event.MsgID(), the
+// idempotency key scoped to the tenant, so that JetStream drops a tenant's
+// repeat inside the stream's duplicate window and nothing else, and
 // Fairway-Request-Id traces a request; the stream's own timestamp is the
 // publish time. Decode reads a stored body back.
 //

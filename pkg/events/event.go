@@ -22,6 +22,10 @@ const (
 	OpDelete Op = "delete"
 )
 
+// ops lists every Op: the stream binds one subject per op
+// (StreamSubjects).
+var ops = []Op{OpUpsert, OpDelete}
+
 // Valid reports whether o is a known op.
 func (o Op) Valid() bool { return o == OpUpsert || o == OpDelete }
 
@@ -49,13 +53,32 @@ type Event struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
-// Key is the idempotency key used as Nats-Msg-Id: IdempotencyKey, or
-// "tenant:product_id:version" when it is empty.
+// Key is the event's idempotency key: IdempotencyKey, or
+// "tenant:product_id:version" when it is empty. MsgID scopes it to the
+// tenant.
 func (e Event) Key() string {
 	if e.IdempotencyKey != "" {
 		return e.IdempotencyKey
 	}
+	return e.defaultKey()
+}
+
+func (e Event) defaultKey() string {
 	return e.Tenant + ":" + e.ProductID + ":" + strconv.FormatInt(e.Version, 10)
+}
+
+// MsgID is the Nats-Msg-Id the event is stored with, JetStream's
+// de-duplication key. JetStream de-duplicates across the whole stream, so
+// the id is scoped to the event's tenant: the default key is
+// "tenant:product_id:version" as it stands, and an IdempotencyKey is
+// stored as "tenant/key". A tenant id holds neither ':' nor '/', so no key
+// one tenant chooses can equal an id of another tenant, while a tenant's
+// own repeats still collapse.
+func (e Event) MsgID() string {
+	if e.IdempotencyKey != "" {
+		return e.Tenant + "/" + e.IdempotencyKey
+	}
+	return e.defaultKey()
 }
 
 // Defaults for Limits.

@@ -115,9 +115,42 @@ func TestKey(t *testing.T) {
 	if got, want := e.Key(), "acme:sku-1:3"; got != want {
 		t.Errorf("Key() = %q, want %q", got, want)
 	}
+	if got, want := e.MsgID(), "acme:sku-1:3"; got != want {
+		t.Errorf("MsgID() = %q, want %q", got, want)
+	}
 	e.IdempotencyKey = "custom"
 	if got := e.Key(); got != "custom" {
 		t.Errorf("Key() with IdempotencyKey = %q, want custom", got)
+	}
+	if got, want := e.MsgID(), "acme/custom"; got != want {
+		t.Errorf("MsgID() with IdempotencyKey = %q, want %q", got, want)
+	}
+	// Another tenant choosing acme's default key gets an id of its own.
+	other := validEvent()
+	other.Tenant, other.IdempotencyKey = "globex", "acme:sku-1:3"
+	if other.MsgID() == validEvent().MsgID() {
+		t.Errorf("globex's key %q has acme's MsgID %q", other.IdempotencyKey, other.MsgID())
+	}
+}
+
+func TestCheckSubject(t *testing.T) {
+	t.Parallel()
+	e := validEvent() // acme, upsert
+	for subject, want := range map[string]MismatchRule{
+		"products.acme.upsert":   "",
+		"products.globex.upsert": MismatchTenant,
+		"products.acme.delete":   MismatchOp,
+		"products.acme.bogus":    MismatchOp,
+		"products.acme":          MismatchOp,
+	} {
+		err := e.CheckSubject(subject)
+		var me *SubjectMismatchError
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v", subject, err)
+		case want != "" && (!errors.As(err, &me) || me.Rule != want || !errors.Is(err, ErrSubjectMismatch)):
+			t.Errorf("%s: %v, want a %s", subject, err, want)
+		}
 	}
 }
 
@@ -143,8 +176,8 @@ func TestMsgAndDecode(t *testing.T) {
 	if m.Subject != "products.acme.upsert" {
 		t.Errorf("subject = %q", m.Subject)
 	}
-	if got := m.Header.Get(HeaderMsgID); got != "k1" {
-		t.Errorf("header %s = %q, want k1", HeaderMsgID, got)
+	if got := m.Header.Get(HeaderMsgID); got != "acme/k1" {
+		t.Errorf("header %s = %q, want acme/k1 (the key scoped to the tenant)", HeaderMsgID, got)
 	}
 	if len(m.Header) != 1 {
 		t.Errorf("headers %v: want only %s (every header costs publish throughput)", m.Header, HeaderMsgID)

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"time"
 
@@ -29,6 +30,10 @@ type Result struct {
 	// may have been stored, and publishing it again is safe within the
 	// duplicate window.
 	Err error
+	// ForeignDuplicate is the sequence of another tenant's message that
+	// held the event's MsgID when it was published (WithDuplicateOwnerCheck):
+	// the event was stored under an id of its own at Seq. 0 otherwise.
+	ForeignDuplicate uint64
 }
 
 // PublisherOption configures a Publisher.
@@ -62,6 +67,23 @@ func WithValidatedEvents() PublisherOption {
 func WithLimits(l Limits) PublisherOption {
 	return func(p *Publisher) error {
 		p.limits = l.WithDefaults()
+		return nil
+	}
+}
+
+// WithDuplicateOwnerCheck makes Publish look up the stored message of
+// every duplicate it is told of (one direct get each, so the connection
+// needs $JS.API.DIRECT.GET.<stream>). MsgID keeps the ids of events
+// published through a Publisher apart per tenant, but a tenant publishing
+// with a NATS user of its own sets its own Nats-Msg-Id and could claim
+// another tenant's id. When the stored message is on another tenant's
+// subject, the event is published again under an id of its own
+// (MsgID + "#" + a random suffix), so it is stored rather than reported as
+// a duplicate; Result.ForeignDuplicate names the sequence that claimed
+// the id. Ingest sets it.
+func WithDuplicateOwnerCheck() PublisherOption {
+	return func(p *Publisher) error {
+		p.ownerCheck = true
 		return nil
 	}
 }
@@ -109,7 +131,7 @@ func RequestIDFromContext(ctx context.Context) string {
 
 // Publisher publishes events to JetStream for upstream Go programs and for
 // ingest. It validates each event, sends the valid ones asynchronously with
-// Nats-Msg-Id = Key() inside a bounded in-flight window, and waits for every
+// Nats-Msg-Id = MsgID() inside a bounded in-flight window, and waits for every
 // ack. It is safe for concurrent use.
 //
 // Acks are awaited per message with a timer of its own (WithAckTimeout). A
@@ -124,6 +146,7 @@ type Publisher struct {
 	stream     string
 	pubOpts    []jetstream.PublishOpt
 	validated  bool
+	ownerCheck bool
 }
 
 // NewPublisher returns a Publisher on js.
@@ -221,7 +244,47 @@ func (p *Publisher) Publish(ctx context.Context, evs []Event) []Result {
 	for ; head < len(pend); head++ {
 		w.await(&pend[head])
 	}
+	if p.ownerCheck {
+		p.checkDuplicateOwners(ctx, evs, res, reqID)
+	}
 	return res
+}
+
+// checkDuplicateOwners publishes again, under an id of its own, every
+// event reported as a duplicate of a message on another tenant's subject
+// (WithDuplicateOwnerCheck).
+func (p *Publisher) checkDuplicateOwners(ctx context.Context, evs []Event, res []Result, reqID string) {
+	var stream jetstream.Stream
+	for i := range res {
+		r := &res[i]
+		if r.Err != nil || !r.Duplicate {
+			continue
+		}
+		if stream == nil {
+			s, err := p.js.Stream(ctx, p.stream)
+			if err != nil {
+				r.Err = fmt.Errorf("check the owner of duplicate seq %d: %w", r.Seq, err)
+				continue
+			}
+			stream = s
+		}
+		stored, err := stream.GetMsg(ctx, r.Seq)
+		if err != nil {
+			r.Err = fmt.Errorf("check the owner of duplicate seq %d: %w", r.Seq, err)
+			continue
+		}
+		if tenant, _, err := ParseSubject(stored.Subject); err == nil && tenant == evs[i].Tenant {
+			continue // the tenant's own repeat
+		}
+		m := evs[i].msg(reqID, p.stream)
+		m.Header.Set(HeaderMsgID, evs[i].MsgID()+"#"+rand.Text())
+		ack, err := p.js.PublishMsg(ctx, m)
+		if err != nil {
+			r.Err = fmt.Errorf("publish again after a duplicate of another tenant's seq %d: %w", r.Seq, err)
+			continue
+		}
+		r.ForeignDuplicate, r.Seq, r.Duplicate = r.Seq, ack.Sequence, ack.Duplicate
+	}
 }
 
 // PublishOne publishes one event; see Publish.

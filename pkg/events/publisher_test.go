@@ -73,7 +73,7 @@ func TestPublisherStores(t *testing.T) {
 			t.Errorf("event %d stored on %q, want %q", i, m.Subject, want)
 		}
 		want := map[string]string{
-			HeaderMsgID:     e.Key(),
+			HeaderMsgID:     e.MsgID(),
 			HeaderRequestID: "req-123",
 		}
 		for k, v := range want {
