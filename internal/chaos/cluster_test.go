@@ -69,7 +69,7 @@ func (c *cluster) procs() []*proc {
 // partners, and starts 1 ingest, 2 dispatchers and 2 sinks per destination.
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	bin := buildBinaries(t)
+	bin := testenv.BuildServices(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

@@ -2,7 +2,6 @@ package chaos_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,38 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
-
-// buildBinaries builds the service binaries into a temporary directory,
-// with the race detector when this test binary has it, and returns the
-// directory.
-func buildBinaries(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build the service binaries: %v", err)
-	}
-	dir := t.TempDir()
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	if raceBuild {
-		args = append(args, "-race")
-	}
-	args = append(args,
-		"github.com/fairwayhq/fairway/cmd/ingest",
-		"github.com/fairwayhq/fairway/cmd/dispatcher",
-		"github.com/fairwayhq/fairway/cmd/sinks")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
-	out, err := exec.CommandContext(ctx, goBin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	t.Logf("built ingest, dispatcher and sinks (race %v) in %s", raceBuild, time.Since(start).Round(time.Millisecond))
-	return dir
-}
 
 // proc is one service process that the test starts, kills and restarts.
 // Its stdout and stderr (JSON logs) go to a file; every incarnation

@@ -188,6 +188,26 @@ type RedriveResult struct {
 	Err error
 }
 
+// redrivable returns the event of letter l to publish again. A letter's
+// tenant is its subject's, so an event whose body names another tenant or
+// op than the subject it was stored on (events.CheckSubject: a
+// "tenant mismatch" letter) is never republished.
+func redrivable(l Letter) (events.Event, error) {
+	ev, err := events.Decode(l.Data)
+	if err != nil {
+		return ev, fmt.Errorf("%w: %v", ErrNotRedrivable, err)
+	}
+	if l.SourceSubject != "" {
+		err = ev.CheckSubject(l.SourceSubject)
+	} else if ev.Tenant != l.Tenant {
+		err = fmt.Errorf("%s: the letter is tenant %q's, the event names tenant %q", events.MismatchTenant, l.Tenant, ev.Tenant)
+	}
+	if err != nil {
+		return ev, fmt.Errorf("%w: %v", ErrNotRedrivable, err)
+	}
+	return ev, nil
+}
+
 // RedriveKey is the idempotency key a redriven letter's event gets.
 func RedriveKey(l Letter) string {
 	return "redrive:" + strconv.FormatUint(l.ID, 10) + ":" + strconv.FormatInt(l.StoredAt.UnixNano(), 10)
@@ -209,9 +229,9 @@ func (q *Queue) Redrive(ctx context.Context, pub *events.Publisher, f Filter) ([
 			res[i].Err = fmt.Errorf("%w: %s letter (events lost from %s; nothing to republish)", ErrNotRedrivable, l.Kind, l.SourceStream)
 			continue
 		}
-		ev, err := events.Decode(l.Data)
+		ev, err := redrivable(l)
 		if err != nil {
-			res[i].Err = fmt.Errorf("%w: %v", ErrNotRedrivable, err)
+			res[i].Err = err
 			continue
 		}
 		ev.IdempotencyKey = RedriveKey(l)

@@ -113,6 +113,26 @@ func (r *Reader) Pending(ctx context.Context, tenant string, from uint64) (uint6
 	return 1 + b.Pending, nil
 }
 
+// OpSeqs returns the sequences of tenant's events stored on op's subject
+// with sequence in from..upTo, at most max of them, in order: one batched
+// direct get on that one subject, which the server answers from its
+// per-subject index.
+func (r *Reader) OpSeqs(ctx context.Context, tenant string, op events.Op, from, upTo uint64, max int) ([]uint64, error) {
+	subj, err := events.Subject(tenant, op)
+	if err != nil {
+		return nil, err
+	}
+	b, err := r.get(ctx, tenant, nextRequest(subj, from, upTo, max), from, upTo, ReadOptions{NoData: true})
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]uint64, len(b.Msgs))
+	for i, m := range b.Msgs {
+		seqs[i] = m.Seq
+	}
+	return seqs, nil
+}
+
 // lastSeqBatch bounds the answer of LastSeq: a tenant has one subject per
 // op (events.Op), two today.
 const lastSeqBatch = 64

@@ -20,6 +20,12 @@ var (
 	// wrapped in a *ValidationError, so it is also ErrInvalidEvent.
 	ErrTenantMismatch = errors.New("tenant does not match the request")
 
+	// ErrSubjectMismatch marks a stored event whose body names another
+	// tenant or op than the subject it is stored on (CheckSubject). The
+	// subject is what the NATS permissions allowed; the body is not
+	// trusted over it.
+	ErrSubjectMismatch = errors.New("event does not match its subject")
+
 	// ErrMalformedJSON marks input that is not well-formed JSON: an NDJSON
 	// line (an item error) or a JSON array body (fatal for the body).
 	ErrMalformedJSON = errors.New("malformed JSON")

@@ -67,15 +67,17 @@ func (c StreamConfig) validate() error {
 	return nil
 }
 
-// JetStreamConfig is the stream configuration EnsureStream applies: subjects
-// products.>, limits retention, discard old, direct get allowed (the
+// JetStreamConfig is the stream configuration EnsureStream applies:
+// subjects products.*.upsert and products.*.delete (StreamSubjects), so a
+// message on another op's subject is refused rather than stored, limits
+// retention, discard old, direct get allowed (the
 // dispatcher reads a tenant's batch with a direct get).
 func (c StreamConfig) JetStreamConfig() jetstream.StreamConfig {
 	c = c.WithDefaults()
 	return jetstream.StreamConfig{
 		Name:        c.Name,
 		Description: "fairway product events, one subject per tenant and op",
-		Subjects:    []string{SubjectWildcard},
+		Subjects:    StreamSubjects(),
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      c.MaxAge,

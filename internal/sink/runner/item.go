@@ -136,18 +136,25 @@ func (j *job) read(stop, ctx context.Context) error {
 	if err := j.readStored(stop, ctx, j.r.reader.ReadItem); err != nil {
 		return err
 	}
-	if seq, tenant, ok := j.decode(); !ok {
-		// Read without headers, an event of another tenant cannot be told
-		// by its subject: read the item as the header path does (its
-		// events are never bare, so decode cannot refuse them again).
-		j.log.Warn("a work item's range held another tenant's event; reading it with headers", "seq", seq, "event_tenant", tenant)
+	bare := len(j.stored) > 0 && j.stored[0].Bare // a read is all bare or all with headers (ReadItem)
+	why := j.decode()
+	if why == "" && bare {
+		why = j.checkBareOps(ctx)
+	}
+	if why != "" {
+		// Read without headers, an event's subject is not known, only
+		// what the item says of its range: read the item as the header
+		// path does, where each event is checked against its own subject
+		// (its events are never bare, so decode cannot refuse them again).
+		j.log.Warn("a work item's events read without headers do not match it; reading them with headers", "why", why)
 		if err := j.readStored(stop, ctx, j.r.reader.ReadItemHeaders); err != nil {
 			return err
 		}
 		j.decode()
+		bare = false
 	}
-	mode := "headers" // a read is all bare or all with headers (ReadItem)
-	if len(j.stored) > 0 && j.stored[0].Bare {
+	mode := "headers"
+	if bare {
 		mode = "bare"
 	}
 	j.r.m.readEvents.WithLabelValues(mode, strconv.FormatBool(j.item.Replay)).Add(float64(len(j.stored)))
@@ -174,9 +181,10 @@ func (j *job) readStored(stop, ctx context.Context, read func(context.Context, w
 }
 
 // decode fills j.recs (and j.letters: a lost range, events that do not
-// decode) from j.stored. It stops with ok false at a bare event of another
-// tenant than the item's, naming it.
-func (j *job) decode() (seq uint64, tenant string, ok bool) {
+// decode, events whose body disagrees with their subject) from j.stored.
+// It stops at a bare event whose body names another tenant than the
+// item's, and says why.
+func (j *job) decode() (why string) {
 	it := j.item
 	j.letters, j.recs, j.src = nil, make([]sink.Record, 0, len(j.stored)), make([]int, 0, len(j.stored))
 	now := j.r.cfg.Now()
@@ -200,12 +208,49 @@ func (j *job) decode() (seq uint64, tenant string, ok bool) {
 			continue
 		}
 		if s.Bare && ev.Tenant != it.Tenant {
-			return s.Seq, ev.Tenant, false
+			return fmt.Sprintf("seq %d names tenant %q", s.Seq, ev.Tenant)
+		}
+		if !s.Bare {
+			if err := ev.CheckSubject(s.Subject); err != nil {
+				var me *events.SubjectMismatchError
+				errors.As(err, &me)
+				j.log.Warn("a stored event disagrees with its subject; dead-lettered", "seq", s.Seq, "subject", s.Subject, "err", err)
+				j.letters = append(j.letters, j.eventLetter(s, failure{first: now, last: now}, sink.ClassPermanent.String(), string(me.Rule), err.Error()))
+				continue
+			}
 		}
 		j.recs = append(j.recs, sink.Record{Seq: s.Seq, Event: ev, PublishedAt: s.Time})
 		j.src = append(j.src, i)
 	}
-	return 0, "", true
+	return ""
+}
+
+// checkBareOps checks the ops of events read without headers against
+// their subjects: the sequences of the tenant's delete subject in the
+// item's range (one direct get, OpSeqs) must be exactly the events whose
+// body says delete, since the stream stores events of no other op
+// (events.StreamSubjects). It says why not, or "".
+func (j *job) checkBareOps(ctx context.Context) string {
+	it := j.item
+	deletes := map[uint64]bool{}
+	for _, rec := range j.recs {
+		if rec.Event.Op == events.OpDelete {
+			deletes[rec.Seq] = true
+		}
+	}
+	seqs, err := j.r.reader.OpSeqs(ctx, it.Tenant, events.OpDelete, it.FromSeq, it.ToSeq, len(deletes)+1)
+	if err != nil {
+		return "cannot list the range's delete subjects: " + err.Error()
+	}
+	for _, seq := range seqs {
+		if !deletes[seq] {
+			return fmt.Sprintf("seq %d is stored on the delete subject; its body says otherwise or does not decode", seq)
+		}
+	}
+	if len(seqs) != len(deletes) {
+		return fmt.Sprintf("%d bodies say delete, %d events are stored on the delete subject", len(deletes), len(seqs))
+	}
+	return ""
 }
 
 // shortRead judges a range that read fewer events than were dispatched.

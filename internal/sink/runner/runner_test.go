@@ -407,7 +407,7 @@ func TestBareReadOfAnotherTenantsEvent(t *testing.T) {
 	if got := e.rows("globex"); got != 0 {
 		t.Errorf("globex: %d rows applied from acme's item", got)
 	}
-	if !strings.Contains(e.logs.String(), "reading it with headers") {
+	if !strings.Contains(e.logs.String(), "reading them with headers") {
 		t.Errorf("no log line about the other tenant's event:\n%s", e.logs)
 	}
 }
