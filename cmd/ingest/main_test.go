@@ -12,7 +12,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DatabaseURL != env["DATABASE_URL"] || c.NATSURL != env["NATS_URL"] || c.Listen != ":9000" || c.Ingest.MaxEvents != 50 {
+	if c.DatabaseURL != env["DATABASE_URL"] || c.NATS.URL != env["NATS_URL"] || c.Listen != ":9000" || c.Ingest.MaxEvents != 50 {
 		t.Fatalf("config %+v", c)
 	}
 	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {

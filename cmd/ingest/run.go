@@ -15,7 +15,7 @@ import (
 // Config is everything the ingest command reads from flags and env.
 type Config struct {
 	Listen        string
-	NATSURL       string
+	NATS          bootstrap.NATSConfig
 	DatabaseURL   string
 	Stream        events.StreamConfig
 	Ingest        ingest.Config
@@ -37,7 +37,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-ingest", log)
+	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATS, "fairway-ingest", log)
 	if err != nil {
 		return err
 	}
