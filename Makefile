@@ -59,7 +59,9 @@ build: ## Build the binaries into bin/
 	@$(GO) build -o bin/ ./cmd/...
 
 .PHONY: nats-config-check
-nats-config-check: ## Check deploy/nats configs with an installed nats-server binary (nats-server -t)
+nats-config-check: ## Check deploy/nats configs with an installed nats-server binary (nats-server -t), single-tls.conf with certificates from tls-certs.sh
 	@command -v nats-server >/dev/null || { echo "nats-server not installed (apt-get install nats-server)"; exit 1; }
 	@cd deploy/nats && for v in SYS INGEST DISPATCHER SINKS OPERATOR PUBLISHER_ACME; do export FAIRWAY_$${v}_PASSWORD=pCheck1; done; \
-	for f in single.conf cluster/n1.conf cluster/n2.conf cluster/n3.conf; do nats-server -t -c $$f >/dev/null 2>&1 || { nats-server -t -c $$f; exit 1; }; echo "ok $$f"; done
+	tls=$$(mktemp -d) && trap 'rm -rf "$$tls"' EXIT && ./tls-certs.sh "$$tls" >/dev/null && \
+	export FAIRWAY_NATS_TLS_CERT=$$tls/server.pem FAIRWAY_NATS_TLS_KEY=$$tls/server-key.pem FAIRWAY_NATS_TLS_CA=$$tls/ca.pem && \
+	for f in single.conf single-tls.conf cluster/n1.conf cluster/n2.conf cluster/n3.conf; do nats-server -t -c $$f >/dev/null 2>&1 || { nats-server -t -c $$f; exit 1; }; echo "ok $$f"; done

@@ -58,7 +58,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	)
 	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", env("FAIRWAY_DISPATCHER_LISTEN", "127.0.0.1:8081"), "HTTP address for /metrics and /healthz (env FAIRWAY_DISPATCHER_LISTEN)")
-	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
+	c.NATS.RegisterFlags(fs, getenv)
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL, required)")
 	fs.StringVar(&dests, "dest", env("FAIRWAY_DESTS", "postgres,clickhouse"), "comma-separated destinations: postgres, clickhouse, b2b:<partner> (env FAIRWAY_DESTS)")
 	fs.StringVar(&c.Dispatch.Holder, "holder", env("FAIRWAY_HOLDER", ""), "name of this replica in leases and the batch log (default <hostname>-<pid>)")

@@ -23,7 +23,7 @@ import (
 // Config is everything the dispatcher command reads from flags and env.
 type Config struct {
 	Listen       string
-	NATSURL      string
+	NATS         bootstrap.NATSConfig
 	DatabaseURL  string
 	LeaseTTL     time.Duration
 	WorkReplicas int
@@ -48,7 +48,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-dispatcher", log)
+	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATS, "fairway-dispatcher", log)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func run(ctx context.Context, cfg Config) error {
 	// The doorbell gets a connection of its own (dispatch.Deps.Doorbell),
 	// with the same URL and credentials, so its deliveries never wait on a
 	// socket busy with reads and work item publishes.
-	bellNC, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-dispatcher-doorbell", log)
+	bellNC, err := bootstrap.ConnectNATS(startCtx, cfg.NATS, "fairway-dispatcher-doorbell", log)
 	if err != nil {
 		return err
 	}

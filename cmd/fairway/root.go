@@ -1,8 +1,8 @@
 package main
 
 import (
-	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,7 +24,7 @@ type cli struct {
 	getenv      func(string) string
 	out, errOut io.Writer
 	databaseURL string
-	natsURL     string
+	nats        bootstrap.NATSConfig
 	logFormat   string
 	logLevel    string
 }
@@ -40,7 +40,9 @@ func newRootCmd(getenv func(string) string, out, errOut io.Writer) *cobra.Comman
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
-	root.PersistentFlags().StringVar(&c.natsURL, "nats-url", cmp.Or(getenv("NATS_URL"), "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
+	natsFlags := flag.NewFlagSet("nats", flag.ContinueOnError)
+	c.nats.RegisterFlags(natsFlags, getenv)
+	root.PersistentFlags().AddGoFlagSet(natsFlags)
 	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "text", "text or json")
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "warn", "debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ const serveListenDefault = "127.0.0.1:8090"
 func (c *cli) serveCmd() *cobra.Command {
 	var listen string
 	var cfg dashboard.Config
+	var tlsFiles bootstrap.ServerTLS
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the live dashboard at /ui: per tenant backlog, slots in use against the limit, dead letters and why work waits",
@@ -36,20 +38,29 @@ Throughput and p95 latency per destination need the sink runners' metrics in
 the same process (` + "`fairway demo`" + ` has them); here they read "no data".
 
 The page has no authentication: keep --listen on loopback or behind a proxy
-that authenticates.`,
+that authenticates.
+
+With --tls-cert and --tls-key it serves HTTPS.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.runServe(cmd.Context(), listen, cfg)
+			return c.runServe(cmd.Context(), listen, tlsFiles, cfg)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", serveListenDefault, "HTTP address of the dashboard")
 	cmd.Flags().IntVar(&cfg.TopK, "top", dashboard.TopKDefault, "tenants listed one by one, those with the most backlog")
 	cmd.Flags().DurationVar(&cfg.Refresh, "refresh", dashboard.RefreshDefault, "how often the page refreshes (and status is read)")
+	tlsFlags := flag.NewFlagSet("tls", flag.ContinueOnError)
+	tlsFiles.RegisterFlags(tlsFlags, "FAIRWAY_SERVE_", c.getenv)
+	cmd.Flags().AddGoFlagSet(tlsFlags)
 	return cmd
 }
 
-func (c *cli) runServe(ctx context.Context, listen string, cfg dashboard.Config) error {
+func (c *cli) runServe(ctx context.Context, listen string, tlsFiles bootstrap.ServerTLS, cfg dashboard.Config) error {
 	log, err := c.logger()
+	if err != nil {
+		return usageError{err}
+	}
+	tlsConfig, err := tlsFiles.Config()
 	if err != nil {
 		return usageError{err}
 	}
@@ -87,6 +98,12 @@ func (c *cli) runServe(ctx context.Context, listen string, cfg dashboard.Config)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	fmt.Fprintf(c.out, "fairway serve: dashboard at http://%s%s/ (Ctrl-C stops)\n", ln.Addr(), dashboard.Path)
-	return bootstrap.Serve(ctx, bootstrap.HTTPServer(mux, log), ln, 5*time.Second)
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+	}
+	fmt.Fprintf(c.out, "fairway serve: dashboard at %s://%s%s/ (Ctrl-C stops)\n", scheme, ln.Addr(), dashboard.Path)
+	srv := bootstrap.HTTPServer(mux, log)
+	srv.TLSConfig = tlsConfig
+	return bootstrap.Serve(ctx, srv, ln, 5*time.Second)
 }

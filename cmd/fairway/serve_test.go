@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dashboard"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -53,7 +54,7 @@ func TestServeDashboard(t *testing.T) {
 
 	out := make(lines, 16)
 	c := &cli{getenv: func(string) string { return "" }, out: out, errOut: io.Discard,
-		databaseURL: dsn, natsURL: ns.ClientURL(), logFormat: "text", logLevel: "warn"}
+		databaseURL: dsn, nats: bootstrap.NATSConfig{URL: ns.ClientURL()}, logFormat: "text", logLevel: "warn"}
 	cmd := c.serveCmd()
 	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--refresh", "500ms"})
 	runCtx, stop := context.WithCancel(ctx)

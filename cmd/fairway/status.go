@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/internal/work"
 )
@@ -64,12 +63,12 @@ func (c *cli) statusCmd() *cobra.Command {
 	return cmd
 }
 
-// jetstream connects to NATS_URL (--nats-url) for commands that read the
-// streams.
+// jetstream connects to NATS (--nats-url and the credentials and TLS
+// flags) for commands that read the streams.
 func (c *cli) jetstream() (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(c.natsURL, nats.Name("fairway-cli"), nats.Timeout(5*time.Second))
+	nc, err := c.nats.Connect("fairway-cli")
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (set NATS_URL or --nats-url)", bootstrap.RedactURL(c.natsURL), err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

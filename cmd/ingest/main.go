@@ -47,7 +47,8 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	var c Config
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", env("FAIRWAY_INGEST_LISTEN", "127.0.0.1:8080"), "HTTP listen address (env FAIRWAY_INGEST_LISTEN)")
-	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
+	c.TLS.RegisterFlags(fs, "FAIRWAY_INGEST_", getenv)
+	c.NATS.RegisterFlags(fs, getenv)
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL, required)")
 	fs.IntVar(&c.Stream.Replicas, "replicas", 1, "PRODUCTS stream replicas (3 in a cluster)")
 	fs.DurationVar(&c.Stream.MaxAge, "max-age", events.StreamConfig{}.WithDefaults().MaxAge, "how long PRODUCTS keeps events: the replay horizon")

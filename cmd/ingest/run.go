@@ -14,8 +14,10 @@ import (
 
 // Config is everything the ingest command reads from flags and env.
 type Config struct {
-	Listen        string
-	NATSURL       string
+	Listen string
+	// TLS, when set, makes Listen serve HTTPS.
+	TLS           bootstrap.ServerTLS
+	NATS          bootstrap.NATSConfig
 	DatabaseURL   string
 	Stream        events.StreamConfig
 	Ingest        ingest.Config
@@ -26,6 +28,10 @@ type Config struct {
 
 func run(ctx context.Context, cfg Config) error {
 	log := cfg.Ingest.Logger
+	tlsConfig, err := cfg.TLS.Config()
+	if err != nil {
+		return err
+	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)
@@ -37,7 +43,7 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-ingest", log)
+	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATS, "fairway-ingest", log)
 	if err != nil {
 		return err
 	}
@@ -72,8 +78,10 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	log.Info("ingest listening", "addr", ln.Addr().String())
-	serveErr := bootstrap.Serve(ctx, bootstrap.HTTPServer(srv.Handler(), log), ln, cfg.ShutdownGrace)
+	log.Info("ingest listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil)
+	httpSrv := bootstrap.HTTPServer(srv.Handler(), log)
+	httpSrv.TLSConfig = tlsConfig
+	serveErr := bootstrap.Serve(ctx, httpSrv, ln, cfg.ShutdownGrace)
 	// HTTP is drained (every accepted request was answered); now stop the
 	// import workers at a chunk boundary and flush NATS.
 	closeCtx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)

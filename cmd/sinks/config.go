@@ -20,8 +20,9 @@ type Config struct {
 	Dest string
 	// Listen serves /metrics and /healthz. Default 127.0.0.1:9102.
 	Listen string
-	// NATSURL (env NATS_URL). Default nats://127.0.0.1:4222.
-	NATSURL string
+	// NATS is where NATS is and how to authenticate (--nats-url, NATS_URL,
+	// and the other bootstrap.NATSConfig flags).
+	NATS bootstrap.NATSConfig
 	// DatabaseURL (env DATABASE_URL) holds the slot leases, and for
 	// --dest postgres the catalog too. Required.
 	DatabaseURL string
@@ -67,7 +68,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs := flag.NewFlagSet("sinks", flag.ContinueOnError)
 	fs.StringVar(&c.Dest, "dest", env("FAIRWAY_SINK_DEST", ""), "destination: postgres, clickhouse or b2b:<partner> (env FAIRWAY_SINK_DEST, required)")
 	fs.StringVar(&c.Listen, "listen", env("FAIRWAY_SINKS_LISTEN", "127.0.0.1:9102"), "HTTP address for /metrics and /healthz (env FAIRWAY_SINKS_LISTEN)")
-	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
+	c.NATS.RegisterFlags(fs, getenv)
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL: slot leases, and the catalog for --dest postgres (env DATABASE_URL, required)")
 	fs.StringVar(&c.ClickHouseAddr, "clickhouse-addr", env("CLICKHOUSE_ADDR", clickhouse.AddrDefault), "ClickHouse native address host:port (env CLICKHOUSE_ADDR)")
 	fs.StringVar(&c.ClickHouseDatabase, "clickhouse-database", env("CLICKHOUSE_DATABASE", clickhouse.DatabaseDefault), "ClickHouse database (env CLICKHOUSE_DATABASE)")

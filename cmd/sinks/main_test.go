@@ -37,7 +37,7 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.Runner
-	if c.Dest != "clickhouse" || r.Dest != "clickhouse" || c.NATSURL != "nats://n:4222" || c.ClickHouseAddr != "c:9000" ||
+	if c.Dest != "clickhouse" || r.Dest != "clickhouse" || c.NATS.URL != "nats://n:4222" || c.ClickHouseAddr != "c:9000" ||
 		r.Concurrency != 8 || r.AckWait != time.Minute || r.MaxDeliver != 5 || r.Backoff.Initial != time.Second ||
 		r.Backoff.Max != time.Minute || r.Backoff.MaxElapsed != time.Hour || r.Backoff.Randomization >= 0 ||
 		c.ClickHouseLinger >= 0 || c.ClickHouseGroupRows != -1 || c.ClickHouseFillRows != 2000 || c.ClickHouseFillWait >= 0 {

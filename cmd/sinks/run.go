@@ -41,7 +41,7 @@ func run(ctx context.Context, cfg Config) error {
 		log.Warn("--extend-every is not well below the lease TTL; leases may expire under slow items",
 			"extend_every", cfg.Runner.ExtendEvery, "lease_ttl", store.LeaseTTL())
 	}
-	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATSURL, "fairway-sinks-"+cfg.Dest, log)
+	nc, err := bootstrap.ConnectNATS(startCtx, cfg.NATS, "fairway-sinks-"+cfg.Dest, log)
 	if err != nil {
 		return err
 	}

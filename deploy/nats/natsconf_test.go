@@ -136,12 +136,13 @@ type client struct {
 	expected map[string]bool
 }
 
-func connect(t testing.TB, url, user string) *client {
+// connect connects as user with its password, adding opts (TLS, say).
+func connect(t testing.TB, url, user string, opts ...nats.Option) *client {
 	t.Helper()
 	c := &client{t: t, user: user, signal: make(chan struct{}, 1), expected: map[string]bool{}}
-	nc, err := nats.Connect(url,
+	opts = append([]nats.Option{
 		nats.UserInfo(user, password(t, user)),
-		nats.Name("natsconf-test-"+user),
+		nats.Name("natsconf-test-" + user),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			c.mu.Lock()
 			c.errs = append(c.errs, err)
@@ -150,7 +151,9 @@ func connect(t testing.TB, url, user string) *client {
 			case c.signal <- struct{}{}:
 			default:
 			}
-		}))
+		}),
+	}, opts...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}

@@ -2,7 +2,9 @@ package bootstrap
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,11 +27,54 @@ func HTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
+// ServerTLS names the certificate and key an HTTP listener serves HTTPS
+// with. Both empty means plain HTTP, for loopback or behind a
+// TLS-terminating proxy.
+type ServerTLS struct {
+	// CertFile is the PEM certificate, followed by any intermediates.
+	CertFile string
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string
+}
+
+// RegisterFlags registers --tls-cert and --tls-key on fs, defaulting to the
+// environment variables envPrefix+"TLS_CERT" and envPrefix+"TLS_KEY" as
+// getenv reads them.
+func (s *ServerTLS) RegisterFlags(fs *flag.FlagSet, envPrefix string, getenv func(string) string) {
+	fs.StringVar(&s.CertFile, "tls-cert", getenv(envPrefix+"TLS_CERT"), fmt.Sprintf("PEM certificate (chain) to serve HTTPS with, together with --tls-key (env %sTLS_CERT)", envPrefix))
+	fs.StringVar(&s.KeyFile, "tls-key", getenv(envPrefix+"TLS_KEY"), fmt.Sprintf("PEM private key of --tls-cert (env %sTLS_KEY)", envPrefix))
+}
+
+// Config loads the certificate and key for an http.Server's TLSConfig:
+// nil when neither file is set, an error naming the flags when only one
+// is or the pair does not load.
+func (s ServerTLS) Config() (*tls.Config, error) {
+	switch {
+	case s.CertFile == "" && s.KeyFile == "":
+		return nil, nil
+	case s.CertFile == "" || s.KeyFile == "":
+		return nil, errors.New("--tls-cert and --tls-key go together: set both to serve HTTPS, or neither")
+	}
+	cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", s.CertFile, s.KeyFile, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
 // Serve runs srv on ln until ctx ends, then shuts it down gracefully: the
 // listener closes at once and in-flight requests get up to grace to finish.
+// With srv.TLSConfig set (ServerTLS.Config) it serves HTTPS, HTTP/2
+// included.
 func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration) error {
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("http server: %w", err)

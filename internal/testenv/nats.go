@@ -27,7 +27,14 @@ func NATS(t testing.TB) (*server.Server, *nats.Conn) {
 // store.
 func NATSServer(t testing.TB, dir string) *server.Server {
 	t.Helper()
-	srv, err := server.NewServer(natsOptions(dir))
+	return startNATS(t, natsOptions(dir))
+}
+
+// startNATS starts an embedded server with opts and shuts it down at
+// cleanup.
+func startNATS(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatalf("embedded nats: %v", err)
 	}

@@ -81,7 +81,7 @@ func startPipeline(t *testing.T, natsURLs, dsn string, log *slog.Logger) *pipeli
 		t.Fatal(err)
 	}
 	connect := func(name string) *nats.Conn {
-		nc, err := bootstrap.ConnectNATS(ctx, natsURLs, name, log.With("conn", name))
+		nc, err := bootstrap.ConnectNATS(ctx, bootstrap.NATSConfig{URL: natsURLs}, name, log.With("conn", name))
 		if err != nil {
 			t.Fatal(err)
 		}
