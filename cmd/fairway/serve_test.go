@@ -31,30 +31,15 @@ func TestServeDashboard(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, dsn := testenv.NewPool(t)
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := tenancy.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, dsn, natsURL := serveDeps(t, ctx)
 	if _, err := st.EnsureTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.SetLimit(ctx, "acme", tenancy.DestPostgres, 3); err != nil {
 		t.Fatal(err)
 	}
-	ns, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
 
-	base, authLine, stop, done := startServe(t, ctx, dsn, ns.ClientURL(), "--listen", "127.0.0.1:0", "--refresh", "500ms")
+	base, authLine, stop, done := startServe(t, ctx, dsn, natsURL, "--listen", "127.0.0.1:0", "--refresh", "500ms")
 	if !strings.Contains(authLine, "open without a token") || !strings.Contains(authLine, "--require-token") {
 		t.Errorf("start line on loopback: %q", authLine)
 	}
@@ -104,15 +89,9 @@ func TestServeAsksForATokenBeyondLoopback(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, dsn := testenv.NewPool(t)
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := tenancy.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, dsn, natsURL := serveDeps(t, ctx)
 	tokens := map[string]string{}
+	var err error
 	for _, tn := range []string{"acme", "globex"} {
 		if _, tokens[tn], err = st.CreateTenant(ctx, tn, ""); err != nil {
 			t.Fatal(err)
@@ -124,14 +103,6 @@ func TestServeAsksForATokenBeyondLoopback(t *testing.T) {
 	if tokens["admin"], err = st.IssueAdminToken(ctx, "ops"); err != nil {
 		t.Fatal(err)
 	}
-	ns, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
 
 	for _, tc := range []struct {
 		args     []string
@@ -140,7 +111,7 @@ func TestServeAsksForATokenBeyondLoopback(t *testing.T) {
 		{[]string{"--listen", ":0"}, "asks for a token, as it listens beyond loopback"},
 		{[]string{"--listen", "127.0.0.1:0", "--require-token"}, "asks for a token (--require-token)"},
 	} {
-		base, authLine, _, _ := startServe(t, ctx, dsn, ns.ClientURL(), tc.args...)
+		base, authLine, _, _ := startServe(t, ctx, dsn, natsURL, tc.args...)
 		if !strings.Contains(authLine, tc.authLine) {
 			t.Errorf("%v: start line %q, want %q", tc.args, authLine, tc.authLine)
 		}
@@ -183,6 +154,29 @@ func TestServeAsksForATokenBeyondLoopback(t *testing.T) {
 			t.Errorf("%v: the page without a token: %d", tc.args, res.StatusCode)
 		}
 	}
+}
+
+// serveDeps is what `fairway serve` reads: a migrated database with a
+// store on it, and embedded JetStream with the events stream.
+func serveDeps(t *testing.T, ctx context.Context) (st *tenancy.Store, dsn, natsURL string) {
+	t.Helper()
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := tenancy.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	return st, dsn, ns.ClientURL()
 }
 
 // startServe runs `fairway serve args...` and returns the base URL it

@@ -85,7 +85,7 @@ func TestTenantSnapshotHidesTheCauseOfAFailedRead(t *testing.T) {
 }
 
 // TestStatusAPIAsksForAToken serves the dashboard with Deps.Tokens set to a
-// real tenancy.Store: the JSON API answers 401 without a valid token, all
+// real tenancy.Store: the JSON API answers 401 without a token, all
 // rows to an admin token, a tenant's own rows to its token, and 503 when
 // tokens cannot be checked. The page's files need no token.
 func TestStatusAPIAsksForAToken(t *testing.T) {
@@ -106,13 +106,6 @@ func TestStatusAPIAsksForAToken(t *testing.T) {
 	}
 	admin, err := st.IssueAdminToken(ctx, "ops")
 	if err != nil {
-		t.Fatal(err)
-	}
-	revoked, err := st.IssueAdminToken(ctx, "gone")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.RevokeToken(ctx, revoked); err != nil {
 		t.Fatal(err)
 	}
 	srv := setup(t, Deps{Status: &fakeStatus{rows: threeTenants}, Tokens: st}, nil)
@@ -153,12 +146,11 @@ func TestStatusAPIAsksForAToken(t *testing.T) {
 		return strings.Join(out, " ")
 	}
 
-	for _, tok := range []string{"", "fw_nonsense", revoked} {
-		res, body := call("/ui/api/status", tok)
-		if res.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(res.Header.Get("WWW-Authenticate"), "Bearer") ||
-			!strings.Contains(body, `"code":"unauthorized"`) || strings.Contains(body, "acme") {
-			t.Errorf("token %.11q: %d %q %s", tok, res.StatusCode, res.Header.Get("WWW-Authenticate"), body)
-		}
+	// internal/bearer's tests try every kind of bad token.
+	if res, body := call("/ui/api/status", ""); res.StatusCode != http.StatusUnauthorized ||
+		!strings.HasPrefix(res.Header.Get("WWW-Authenticate"), "Bearer") || !strings.Contains(body, `"code":"unauthorized"`) ||
+		strings.Contains(body, "acme") {
+		t.Errorf("no token: %d %q %s", res.StatusCode, res.Header.Get("WWW-Authenticate"), body)
 	}
 	if res, body := call("/ui/api/status", admin); res.StatusCode != http.StatusOK || tenantsOf(body) != "globex initech acme" {
 		t.Errorf("admin: %d %s", res.StatusCode, body)
