@@ -203,7 +203,7 @@ func tokenRef(ref string) (string, any, error) {
 	}
 	hash, err := hashToken(ref)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %q is not a token id, a %d-character prefix nor a token", ErrInvalidArgument, redactToken(ref), TokenShownLen)
+		return "", nil, fmt.Errorf("%w: %q is not a token id, a token prefix (%d characters) nor a token", ErrInvalidArgument, redactToken(ref), TokenShownLen)
 	}
 	return "hash = $1", hash, nil
 }
