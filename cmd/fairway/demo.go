@@ -88,9 +88,11 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 		return err
 	}
 	p.Go(sampler.Run)
+	tokens, authLine := dashboardTokens(ln, false, p.Store)
 	dash, err := dashboard.New(dashboard.Deps{
 		Status: &status.Source{Pairs: p.Store, Reader: work.NewReader(p.NC, ""), JS: p.JS},
 		Dests:  sampler,
+		Tokens: tokens,
 	}, &dashboard.Config{Logger: log})
 	if err != nil {
 		return err
@@ -119,7 +121,7 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 	cfg.Footer = "dashboard: " + cfg.BaseURL + dashboard.Path + "/   metrics: " + cfg.BaseURL + "/metrics   logs: " + logFile.Name()
 	fmt.Fprintf(c.out, "fairway demo: ingest %s, embedded JetStream %s, PostgreSQL %s, ClickHouse %s/%s, partner %s\n",
 		cfg.BaseURL, p.NATSServer.ClientURL(), bootstrap.RedactURL(p.DSN), p.ClickHouseAddr, p.Database, p.Receiver.URL())
-	fmt.Fprintf(c.out, "dashboard: %s%s/\n", cfg.BaseURL, dashboard.Path)
+	fmt.Fprintf(c.out, "dashboard: %s%s/ (it %s)\n", cfg.BaseURL, dashboard.Path, authLine)
 	runErr := demo.Run(ctx, cfg)
 	if err := p.Close(ctx); err != nil && runErr == nil {
 		runErr = err

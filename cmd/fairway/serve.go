@@ -16,12 +16,13 @@ import (
 	"github.com/fairwayhq/fairway/internal/work"
 )
 
-// serveListenDefault is where `fairway serve` listens: loopback, since the
-// dashboard has no authentication.
+// serveListenDefault is where `fairway serve` listens: loopback, where the
+// dashboard needs no token (dashboardTokens).
 const serveListenDefault = "127.0.0.1:8090"
 
 func (c *cli) serveCmd() *cobra.Command {
 	var listen string
+	var requireToken bool
 	var cfg dashboard.Config
 	var tlsFiles bootstrap.ServerTLS
 	cmd := &cobra.Command{
@@ -37,15 +38,19 @@ backlog are listed (--top); the rest are summed in one row. The page polls
 Throughput and p95 latency per destination need the sink runners' metrics in
 the same process (` + "`fairway demo`" + ` has them); here they read "no data".
 
-The page has no authentication: keep --listen on loopback or behind a proxy
-that authenticates.
+Listening beyond loopback (--listen :8090, say), /ui/api/status needs a
+fairway API token (Authorization: Bearer; the page asks for one and keeps it
+for the browser tab): an admin token shows every tenant, a tenant token that
+tenant's rows alone. On loopback it is open to anyone on the host, unless
+--require-token (for a proxy on the same host). The start lines say which.
 
 With --tls-cert and --tls-key it serves HTTPS.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.runServe(cmd.Context(), listen, tlsFiles, cfg)
+			return c.runServe(cmd.Context(), listen, requireToken, tlsFiles, cfg)
 		},
 	}
+	cmd.Flags().BoolVar(&requireToken, "require-token", false, "ask for a token on loopback too (always asked beyond loopback)")
 	cmd.Flags().StringVar(&listen, "listen", serveListenDefault, "HTTP address of the dashboard")
 	cmd.Flags().IntVar(&cfg.TopK, "top", dashboard.TopKDefault, "tenants listed one by one, those with the most backlog")
 	cmd.Flags().DurationVar(&cfg.Refresh, "refresh", dashboard.RefreshDefault, "how often the page refreshes (and status is read)")
@@ -55,7 +60,7 @@ With --tls-cert and --tls-key it serves HTTPS.`,
 	return cmd
 }
 
-func (c *cli) runServe(ctx context.Context, listen string, tlsFiles bootstrap.ServerTLS, cfg dashboard.Config) error {
+func (c *cli) runServe(ctx context.Context, listen string, requireToken bool, tlsFiles bootstrap.ServerTLS, cfg dashboard.Config) error {
 	log, err := c.logger()
 	if err != nil {
 		return usageError{err}
@@ -74,8 +79,14 @@ func (c *cli) runServe(ctx context.Context, listen string, tlsFiles bootstrap.Se
 		return err
 	}
 	defer nc.Close()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	defer ln.Close()
+	tokens, authLine := dashboardTokens(ln, requireToken, st)
 	cfg.Logger = log
-	dash, err := dashboard.New(dashboard.Deps{Status: &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}}, &cfg)
+	dash, err := dashboard.New(dashboard.Deps{Status: &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}, Tokens: tokens}, &cfg)
 	if err != nil {
 		return usageError{err}
 	}
@@ -94,15 +105,15 @@ func (c *cli) runServe(ctx context.Context, listen string, tlsFiles bootstrap.Se
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", listen, err)
-	}
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
 	}
 	fmt.Fprintf(c.out, "fairway serve: dashboard at %s://%s%s/ (Ctrl-C stops)\n", scheme, ln.Addr(), dashboard.Path)
+	if tokens == nil {
+		authLine += " (--require-token asks for one)"
+	}
+	fmt.Fprintf(c.out, "fairway serve: the dashboard %s\n", authLine)
 	srv := bootstrap.HTTPServer(mux, log)
 	srv.TLSConfig = tlsConfig
 	return bootstrap.Serve(ctx, srv, ln, 5*time.Second)

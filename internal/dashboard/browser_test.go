@@ -218,6 +218,70 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(dom, "3 in all") {
 		t.Errorf("tenant count missing:\n%s", dom)
 	}
+	if !regexp.MustCompile(`<form id="login" hidden`).MatchString(dom) {
+		t.Errorf("an open dashboard shows the token form:\n%s", dom)
+	}
+
+	// The same dashboard asking for a token: the page shows the form
+	// until it has one; a token in the fragment is used at once; a tenant
+	// token's view shows that tenant's rows alone; a revoked one is
+	// refused.
+	acmeTok, err := store.IssueToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminTok, err := store.IssueAdminToken(ctx, "browser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	revokedTok, err := store.IssueAdminToken(ctx, "revoked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RevokeToken(ctx, revokedTok); err != nil {
+		t.Fatal(err)
+	}
+	locked, err := dashboard.New(dashboard.Deps{Status: src, Dests: sampler, Tokens: store}, &dashboard.Config{Refresh: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockedSrv := httptest.NewServer(locked)
+	defer lockedSrv.Close()
+	page := lockedSrv.URL + dashboard.Path + "/"
+	tenantRows := regexp.MustCompile(`<tr data-tenant="([a-z]+)" data-dest`)
+	tenantsIn := func(dom string) string {
+		seen := map[string]bool{}
+		var out []string
+		for _, m := range tenantRows.FindAllStringSubmatch(dom, -1) {
+			if !seen[m[1]] {
+				seen[m[1]] = true
+				out = append(out, m[1])
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	formShown := regexp.MustCompile(`<form id="login">`)
+	for _, c := range []struct {
+		name, fragment, tenants string
+		form                    bool
+		text                    string
+	}{
+		{"no token", "", "", true, "a token is needed"},
+		{"revoked token", "#token=" + revokedTok, "", true, "the token was refused"},
+		{"acme's token", "#token=" + acmeTok, "acme", false, "tenant acme only"},
+		{"admin token", "#token=" + adminTok, "acme globex initech", false, "3 in all"},
+	} {
+		dom := dumpDOM(t, ctx, chromium, page+c.fragment)
+		if got := tenantsIn(dom); got != c.tenants {
+			t.Errorf("%s: tenants %q, want %q:\n%s", c.name, got, c.tenants, dom)
+		}
+		if formShown.MatchString(dom) != c.form || !strings.Contains(dom, c.text) {
+			t.Errorf("%s: want the token form shown %v and %q:\n%s", c.name, c.form, c.text, dom)
+		}
+		if c.name == "acme's token" && (strings.Contains(dom, "globex") || strings.Contains(dom, "initech")) {
+			t.Errorf("acme's view names another tenant:\n%s", dom)
+		}
+	}
 }
 
 // tableRow returns the <tr> of dom that opens with openTag, through its

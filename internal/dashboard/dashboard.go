@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairwayhq/fairway/internal/bearer"
 	"github.com/fairwayhq/fairway/internal/status"
 )
 
@@ -45,6 +46,12 @@ type Deps struct {
 	// Dests gives throughput and latency per destination. Optional: without
 	// it the page shows "no data" for them.
 	Dests DestSource
+	// Tokens, when set, makes GET /ui/api/status require a bearer token
+	// that it verifies on every request: an admin token sees every tenant;
+	// a tenant token sees a view of that tenant alone (TenantSnapshot).
+	// Without it the API answers anyone with every tenant. The page and
+	// its files are served to anyone either way: they hold no data.
+	Tokens bearer.Verifier
 }
 
 // Config configures a Dashboard. The zero value is valid.
@@ -108,12 +115,21 @@ type Dashboard struct {
 	cfg    *Config
 	status StatusSource
 	dests  DestSource
+	tokens bearer.Verifier
 	mux    *http.ServeMux
 
-	mu     sync.Mutex // serializes reads: viewers share one per Refresh
-	last   Snapshot
-	lastAt time.Time
-	lastOK bool
+	mu   sync.Mutex // serializes reads: viewers share one per Refresh
+	last statusRead
+}
+
+// statusRead is one read of the sources, shared by the viewers of one
+// Refresh, and the every-tenant Snapshot built from it.
+type statusRead struct {
+	at    time.Time
+	rows  []status.Row
+	err   error
+	all   Snapshot
+	valid bool
 }
 
 // New returns a Dashboard reading deps.
@@ -125,7 +141,7 @@ func New(deps Deps, cfg *Config) (*Dashboard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Dashboard{cfg: c, status: deps.Status, dests: deps.Dests, mux: http.NewServeMux()}
+	d := &Dashboard{cfg: c, status: deps.Status, dests: deps.Dests, tokens: deps.Tokens, mux: http.NewServeMux()}
 	files, err := fs.Sub(static, "static")
 	if err != nil {
 		return nil, err
@@ -136,7 +152,8 @@ func New(deps Deps, cfg *Config) (*Dashboard, error) {
 	return d, nil
 }
 
-// ServeHTTP serves /ui (the page and its files) and /ui/api/status.
+// ServeHTTP serves /ui (the page and its files) and /ui/api/status (which
+// asks for a token when Deps.Tokens is set).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -153,23 +170,85 @@ func noCache(h http.Handler) http.Handler {
 }
 
 func (d *Dashboard) serveStatus(w http.ResponseWriter, r *http.Request) {
-	snap, ok := d.Snapshot(r.Context())
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	if !ok {
-		w.WriteHeader(http.StatusServiceUnavailable)
+	var (
+		snap Snapshot
+		ok   bool
+	)
+	if d.tokens == nil {
+		snap, ok = d.Snapshot(r.Context())
+	} else {
+		p, fail := bearer.Authenticate(w, r, d.tokens)
+		switch {
+		case fail != nil:
+			if fail.Err != nil {
+				d.cfg.Logger.Warn("dashboard: verify token", "err", fail.Err)
+			}
+			writeJSON(w, fail.Status, apiError{Error: fail.Message, Code: fail.Code})
+			return
+		case p.Admin:
+			snap, ok = d.Snapshot(r.Context())
+		default:
+			snap, ok = d.TenantSnapshot(r.Context(), p.Tenant)
+		}
 	}
-	_ = json.NewEncoder(w).Encode(snap)
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, snap)
 }
 
-// Snapshot returns what the page shows, read at most once per Refresh. ok
-// is false when the status source failed; Snapshot.Error says why.
+// apiError is the body of a refused GET /ui/api/status.
+type apiError struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Snapshot returns what the page shows an admin: every tenant, read at
+// most once per Refresh. ok is false when the status source failed;
+// Snapshot.Error says why.
 func (d *Dashboard) Snapshot(ctx context.Context) (snap Snapshot, ok bool) {
+	rd := d.read(ctx)
+	return rd.all, rd.err == nil
+}
+
+// TenantSnapshot returns what the page shows tenant's token: the tenant's
+// rows alone, with Snapshot.Tenant set. Its counts and destination totals
+// are the tenant's own; throughput and latency, which sum every tenant's
+// events, are left out, and a failed read says only that it failed (the
+// cause may name other tenants; the server logs it). It shares the read of
+// the sources with every other viewer.
+func (d *Dashboard) TenantSnapshot(ctx context.Context, tenant string) (snap Snapshot, ok bool) {
+	rd := d.read(ctx)
+	if rd.err != nil {
+		return Snapshot{GeneratedAt: rd.all.GeneratedAt, RefreshMillis: rd.all.RefreshMillis, Tenant: tenant,
+			Error: "status unavailable; the server's log says why"}, false
+	}
+	var own []status.Row
+	for _, r := range rd.rows {
+		if r.Tenant == tenant {
+			own = append(own, r)
+		}
+	}
+	snap = buildSnapshot(own, nil, false, d.cfg.TopK)
+	snap.GeneratedAt, snap.RefreshMillis, snap.Tenant = rd.all.GeneratedAt, rd.all.RefreshMillis, tenant
+	return snap, true
+}
+
+// read returns the sources' state, read at most once per Refresh.
+func (d *Dashboard) read(ctx context.Context) statusRead {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := d.cfg.Now()
-	if !d.lastAt.IsZero() && now.Sub(d.lastAt) < d.cfg.Refresh && now.Sub(d.lastAt) >= 0 {
-		return d.last, d.lastOK
+	if last := d.last; last.valid && now.Sub(last.at) < d.cfg.Refresh && now.Sub(last.at) >= 0 {
+		return last
 	}
 	// Not the caller's cancellation: other viewers wait for this read.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Timeout)
@@ -179,13 +258,14 @@ func (d *Dashboard) Snapshot(ctx context.Context) (snap Snapshot, ok bool) {
 	if d.dests != nil {
 		dests = d.dests.DestStats()
 	}
-	snap = buildSnapshot(rows, dests, d.dests != nil, d.cfg.TopK)
+	snap := buildSnapshot(rows, dests, d.dests != nil, d.cfg.TopK)
 	snap.GeneratedAt = now
 	snap.RefreshMillis = d.cfg.Refresh.Milliseconds()
 	if err != nil {
 		d.cfg.Logger.Warn("dashboard: read status", "err", err)
 		snap = Snapshot{GeneratedAt: now, RefreshMillis: snap.RefreshMillis, Error: "read status: " + err.Error()}
+		rows = nil
 	}
-	d.last, d.lastAt, d.lastOK = snap, now, err == nil
-	return snap, err == nil
+	d.last = statusRead{at: now, rows: rows, err: err, all: snap, valid: true}
+	return d.last
 }

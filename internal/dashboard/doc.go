@@ -19,5 +19,14 @@
 // sinks run in the same process (`fairway demo`); elsewhere the page says
 // "no data" for them.
 //
-// Users: `fairway serve` and the demo mount Dashboard on their HTTP server.
+// With Deps.Tokens set, GET /ui/api/status asks for a fairway API token
+// (Authorization: Bearer, checked on every request through
+// internal/bearer, as ingest does): 401 without a valid one; an admin token
+// gets every tenant (Snapshot); a tenant token gets TenantSnapshot, built
+// from that tenant's rows alone, without the cross-tenant throughput and
+// with a failed read's cause withheld. The page and its files need no token;
+// the page asks for one on a 401 and keeps it in the tab's sessionStorage.
+//
+// Users: `fairway serve` and the demo mount Dashboard on their HTTP server;
+// they set Deps.Tokens whenever they listen beyond loopback.
 package dashboard

@@ -16,6 +16,9 @@ type Snapshot struct {
 	// Error is set when the status source failed; the page keeps showing
 	// what it had.
 	Error string `json:"error,omitempty"`
+	// Tenant is set in a tenant's view (TenantSnapshot): every figure is
+	// that tenant's alone and Throughput is false.
+	Tenant string `json:"tenant,omitempty"`
 
 	// Tenants is how many distinct tenants there are in all.
 	Tenants int `json:"tenants"`

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fairwayhq/fairway/internal/bearer"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -25,7 +26,7 @@ import (
 // Tenants verifies bearer tokens and creates tenants on first sight.
 // *tenancy.Store implements it.
 type Tenants interface {
-	VerifyToken(ctx context.Context, token string) (tenancy.Principal, error)
+	bearer.Verifier
 	EnsureTenant(ctx context.Context, id string) (tenancy.Tenant, error)
 }
 
@@ -195,38 +196,19 @@ func (w *statusWriter) WriteHeader(code int) {
 // writes the error response and returns false when the caller may not act
 // for tenant. Admin tokens may act for any tenant.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request, tenant string) (tenancy.Principal, bool) {
-	tok, ok := bearer(r)
-	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="fairway"`)
-		writeError(w, http.StatusUnauthorized, "unauthorized", "missing bearer token (Authorization: Bearer <token>)")
-		return tenancy.Principal{}, false
-	}
-	p, err := s.deps.Tenants.VerifyToken(r.Context(), tok)
-	if err != nil {
-		if errors.Is(err, tenancy.ErrUnauthorized) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fairway", error="invalid_token"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "unknown or revoked token")
-			return tenancy.Principal{}, false
+	p, fail := bearer.Authenticate(w, r, s.deps.Tenants)
+	switch {
+	case fail != nil:
+		if fail.Err != nil {
+			s.log.ErrorContext(r.Context(), "verify token", "err", fail.Err, "request_id", requestID(r.Context()))
 		}
-		s.log.ErrorContext(r.Context(), "verify token", "err", err, "request_id", requestID(r.Context()))
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "cannot verify token right now; retry")
+		writeError(w, fail.Status, fail.Code, fail.Message)
 		return tenancy.Principal{}, false
-	}
-	if tenant != "" && !p.Admin && p.Tenant != tenant {
+	case tenant != "" && !p.Admin && p.Tenant != tenant:
 		writeError(w, http.StatusForbidden, "forbidden", "this token may not act for tenant "+strconv.Quote(tenant))
 		return tenancy.Principal{}, false
 	}
 	return p, true
-}
-
-func bearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
-	const prefix = "bearer "
-	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return "", false
-	}
-	tok := strings.TrimSpace(h[len(prefix):])
-	return tok, tok != ""
 }
 
 // pathTenant validates the {tenant} path value; it writes a 400 and returns

@@ -1,13 +1,15 @@
 // Package tenancy keeps fairway's per-tenant state in PostgreSQL: tenants
-// and their weights, API tokens (stored as SHA-256 hashes), slot limits per
-// (tenant, destination), fenced slot leases, dispatch cursors and the batch
-// log, and wake-ups when a slot frees. The dispatcher, the sinks, ingest
-// (token checks) and the operator CLI use it through Store.
+// and their weights, API tokens (stored as SHA-256 hashes and a short
+// prefix), slot limits per (tenant, destination), fenced slot leases,
+// dispatch cursors and the batch log, and wake-ups when a slot frees. The
+// dispatcher, the sinks, ingest (token checks) and the operator CLI use it
+// through Store.
 //
 // # Schema (internal/migrate/sql/00002_tenancy.sql)
 //
 //	tenants(id, display_name, weight, paused, created_at)
-//	api_tokens(hash, tenant|NULL for admin, admin, name, created_at, revoked_at)
+//	api_tokens(hash, tenant|NULL for admin, admin, name, created_at, revoked_at,
+//	           id, prefix)                                  PK hash; id, prefix: 00013
 //	limits(tenant, dest, max_slots, weight, changed_at)     PK (tenant, dest)
 //	slots(tenant, dest, slot_no, epoch, holder, acquired_at, expires_at,
 //	      from_seq, to_seq,

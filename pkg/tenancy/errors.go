@@ -10,7 +10,8 @@ var (
 	ErrInvalidTenant = errors.New("tenancy: invalid tenant id")
 	// ErrInvalidDest: a destination is not postgres, clickhouse or b2b:<partner>.
 	ErrInvalidDest = errors.New("tenancy: invalid destination")
-	// ErrInvalidArgument: a limit, weight, sequence or lease id is out of range.
+	// ErrInvalidArgument: a limit, weight, sequence, lease id or token
+	// reference is out of range or malformed.
 	ErrInvalidArgument = errors.New("tenancy: invalid argument")
 	// ErrTenantExists: CreateTenant on an id that is already taken.
 	ErrTenantExists = errors.New("tenancy: tenant exists")
@@ -18,6 +19,11 @@ var (
 	ErrUnknownTenant = errors.New("tenancy: unknown tenant")
 	// ErrUnauthorized: a token is malformed, unknown or revoked.
 	ErrUnauthorized = errors.New("tenancy: unauthorized")
+	// ErrUnknownToken: RevokeToken was given an id, prefix or token that
+	// names no token.
+	ErrUnknownToken = errors.New("tenancy: unknown token")
+	// ErrTokenRevoked: RevokeToken on a token that is revoked already.
+	ErrTokenRevoked = errors.New("tenancy: token already revoked")
 	// ErrAtLimit: no slot of the (tenant, destination) is free right now.
 	// A dispatcher skips the tenant and waits for a Released wake-up.
 	ErrAtLimit = errors.New("tenancy: at slot limit")

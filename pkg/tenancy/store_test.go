@@ -191,16 +191,18 @@ func TestTokens(t *testing.T) {
 			t.Fatalf("verify %q = %+v, %v; want %+v", tc.tok, p, err, tc.want)
 		}
 	}
-	// Only hashes are stored: no column of any token row holds the token.
+	// Only hashes and prefixes are stored: no column of any token row holds
+	// more of a token than its first TokenShownLen characters.
+	n := tenancy.TokenShownLen + 1
 	var leaked int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fairway.api_tokens t
 		WHERE position($1 in t::text) > 0 OR position($2 in t::text) > 0 OR position($3 in t::text) > 0
 		   OR t.hash NOT IN (sha256(convert_to($4, 'UTF8')), sha256(convert_to($5, 'UTF8')), sha256(convert_to($6, 'UTF8')))`,
-		tok1[3:], tok2[3:], admin[3:], tok1, tok2, admin).Scan(&leaked); err != nil {
+		tok1[:n], tok2[:n], admin[:n], tok1, tok2, admin).Scan(&leaked); err != nil {
 		t.Fatal(err)
 	}
 	if leaked != 0 {
-		t.Fatalf("%d token rows hold a token or a hash that is not SHA-256 of a token", leaked)
+		t.Fatalf("%d token rows hold more than a token's prefix or a hash that is not SHA-256 of a token", leaked)
 	}
 	// Malformed and unknown tokens.
 	for _, bad := range []string{"", "fw_", "xx_" + tok1[3:], tok1[:45], tok1 + "A", "fw_" + strings.Repeat("!", 43),
@@ -210,13 +212,13 @@ func TestTokens(t *testing.T) {
 		}
 	}
 	// Revocation affects only the revoked token.
-	if err := st.RevokeToken(ctx, tok1); err != nil {
+	if _, err := st.RevokeToken(ctx, tok1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.VerifyToken(ctx, tok1); !errors.Is(err, tenancy.ErrUnauthorized) {
 		t.Fatalf("revoked token verified: %v", err)
 	}
-	if err := st.RevokeToken(ctx, tok1); !errors.Is(err, tenancy.ErrUnauthorized) {
+	if _, err := st.RevokeToken(ctx, tok1); !errors.Is(err, tenancy.ErrTokenRevoked) {
 		t.Fatalf("second revoke: %v", err)
 	}
 	if _, err := st.VerifyToken(ctx, tok2); err != nil {

@@ -48,7 +48,7 @@ func (s *Store) CreateTenant(ctx context.Context, id, displayName string) (Tenan
 	if err := ValidTenantID(id); err != nil {
 		return Tenant{}, "", err
 	}
-	token, hash, err := newToken()
+	token, err := generateToken()
 	if err != nil {
 		return Tenant{}, "", err
 	}
@@ -59,8 +59,7 @@ func (s *Store) CreateTenant(ctx context.Context, id, displayName string) (Tenan
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO fairway.api_tokens (hash, tenant) VALUES ($1, $2)`, hash, id)
-		return err
+		return token.insert(ctx, tx, id, "")
 	})
 	switch {
 	case isUniqueViolation(err):
@@ -68,7 +67,7 @@ func (s *Store) CreateTenant(ctx context.Context, id, displayName string) (Tenan
 	case err != nil:
 		return Tenant{}, "", fmt.Errorf("create tenant %s: %w", id, err)
 	}
-	return t, token, nil
+	return t, token.secret, nil
 }
 
 // EnsureTenant returns the tenant, creating it with defaults on first sight.

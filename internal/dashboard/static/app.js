@@ -1,9 +1,39 @@
 // fairway dashboard: polls api/status and redraws two tables. Plain
 // JavaScript, no build step; every value goes in through textContent.
+//
+// When the server asks for a token (401), the page shows a form for one and
+// keeps it in sessionStorage: it lasts as long as the browser tab and is
+// sent only as an Authorization header, never in a URL. A link may carry
+// it in the fragment (#token=fw_…), which browsers never send to the
+// server; the page moves it to sessionStorage and drops it from the
+// address bar at once.
 "use strict";
 (function () {
   const SVG = "http://www.w3.org/2000/svg";
+  const TOKEN_KEY = "fairway-token";
   let refresh = 2000;
+
+  function takeFragmentToken() {
+    const m = /^#(?:.*&)?token=([^&]+)/.exec(location.hash);
+    if (!m) return;
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+
+  function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+  // askToken stops polling and shows the token form; why says what was
+  // wrong with the token sent, if one was.
+  function askToken(why) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    for (const body of document.querySelectorAll("tbody")) body.replaceChildren();
+    document.getElementById("tenant-count").textContent = "";
+    document.getElementById("forget").hidden = true;
+    document.getElementById("login").hidden = false;
+    document.getElementById("updated").textContent = "a token is needed";
+    showError(why);
+    document.getElementById("token").focus();
+  }
 
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -123,9 +153,17 @@
     e.hidden = !msg;
   }
 
+  let timer = 0;
+
   async function tick() {
+    clearTimeout(timer);
+    const tok = token();
     try {
-      const res = await fetch("api/status", { cache: "no-store" });
+      const res = await fetch("api/status", { cache: "no-store", headers: tok ? { Authorization: "Bearer " + tok } : {} });
+      if (res.status === 401) {
+        askToken(tok ? "the token was refused: unknown or revoked" : "");
+        return;
+      }
       const snap = await res.json();
       if (snap.refresh_ms > 0) refresh = snap.refresh_ms;
       if (!res.ok || snap.error) throw new Error(snap.error || res.status + " " + res.statusText);
@@ -133,14 +171,30 @@
       renderTenants(snap);
       document.getElementById("updated").textContent =
         "updated " + new Date(snap.generated_at).toLocaleTimeString("en-GB") +
-        (snap.throughput ? "" : " · no sink metrics in this process: throughput shows no data");
+        (snap.tenant ? " · tenant " + snap.tenant + " only; throughput is shown to admin tokens"
+          : snap.throughput ? "" : " · no sink metrics in this process: throughput shows no data");
+      document.getElementById("forget").hidden = !tok;
       showError("");
     } catch (err) {
       showError("status unavailable: " + err.message);
-    } finally {
-      setTimeout(tick, refresh);
     }
+    timer = setTimeout(tick, refresh);
   }
 
+  document.getElementById("login").addEventListener("submit", ev => {
+    ev.preventDefault();
+    const input = document.getElementById("token");
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    input.value = "";
+    document.getElementById("login").hidden = true;
+    showError("");
+    tick();
+  });
+  document.getElementById("forget").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    location.reload();
+  });
+
+  takeFragmentToken();
   tick();
 })();
