@@ -53,6 +53,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&c.Stream.MaxAge, "max-age", events.StreamConfig{}.WithDefaults().MaxAge, "how long PRODUCTS keeps events: the replay horizon")
 	fs.Int64Var(&c.Ingest.MaxBodyBytes, "max-body", ingest.MaxBodyBytesDefault, "largest events request body in bytes")
 	fs.IntVar(&c.Ingest.MaxEvents, "max-events", ingest.MaxEventsDefault, "most events in one request")
+	fs.IntVar(&c.Ingest.MaxCSVRecordBytes, "max-csv-record", ingest.MaxCSVRecordBytesDefault, "largest CSV record in bytes (a row, quoted fields over several lines included); a longer one fails its row")
 	fs.StringVar(&c.Ingest.SpoolDir, "spool-dir", env("FAIRWAY_SPOOL_DIR", ""), "directory for CSV uploads in progress (default $TMPDIR/fairway-imports)")
 	fs.StringVar(&c.Ingest.Node, "node", env("FAIRWAY_NODE", ""), "name of this instance; it resumes its own unfinished imports (default host name)")
 	fs.StringVar(&c.LogFormat, "log-format", env("FAIRWAY_LOG_FORMAT", "text"), "text or json")

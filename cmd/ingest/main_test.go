@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/fairwayhq/fairway/internal/ingest"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -14,6 +16,16 @@ func TestParseConfig(t *testing.T) {
 	}
 	if c.DatabaseURL != env["DATABASE_URL"] || c.NATSURL != env["NATS_URL"] || c.Listen != ":9000" || c.Ingest.MaxEvents != 50 {
 		t.Fatalf("config %+v", c)
+	}
+	if c.Ingest.MaxCSVRecordBytes != ingest.MaxCSVRecordBytesDefault {
+		t.Fatalf("upload limits %+v, want the defaults", c.Ingest)
+	}
+	c, err = parseConfig([]string{"--max-csv-record", "4096"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ingest.MaxCSVRecordBytes != 4096 {
+		t.Fatalf("upload limits %+v", c.Ingest)
 	}
 	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("missing DATABASE_URL: %v", err)

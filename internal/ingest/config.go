@@ -14,14 +14,14 @@ import (
 
 // Defaults for Config.
 const (
-	MaxBodyBytesDefault    int64 = 16 << 20 // 16 MiB per events request
-	MaxEventsDefault             = 10_000   // events per request
-	MaxImportBytesDefault  int64 = 2 << 30  // 2 GiB per CSV upload
-	MaxCSVLineBytesDefault       = 1 << 20  // 1 MiB per CSV line
-	ImportChunkDefault           = 500      // events published per round of an import
-	ImportWorkersDefault         = 2
-	MaxRowErrorsDefault          = 100 // row errors kept per import
-	ShutdownTimeoutDefault       = 30 * time.Second
+	MaxBodyBytesDefault      int64 = 16 << 20 // 16 MiB per events request
+	MaxEventsDefault               = 10_000   // events per request
+	MaxImportBytesDefault    int64 = 2 << 30  // 2 GiB per CSV upload
+	MaxCSVRecordBytesDefault       = 1 << 20  // 1 MiB per CSV record
+	ImportChunkDefault             = 500      // events published per round of an import
+	ImportWorkersDefault           = 2
+	MaxRowErrorsDefault            = 100 // row errors kept per import
+	ShutdownTimeoutDefault         = 30 * time.Second
 )
 
 // Config configures the ingest Server. Zero values take the defaults.
@@ -34,8 +34,11 @@ type Config struct {
 	MaxEvents int
 	// MaxImportBytes bounds one CSV upload. Default 2 GiB.
 	MaxImportBytes int64
-	// MaxCSVLineBytes bounds one physical CSV line. Default 1 MiB.
-	MaxCSVLineBytes int
+	// MaxCSVRecordBytes bounds one CSV record: a row with all its fields,
+	// quoted fields that span lines included. An import holds a few times
+	// this much per row; a longer record is a row error and the import
+	// goes on. Default 1 MiB.
+	MaxCSVRecordBytes int
 	// ImportChunk is how many rows an import publishes per round. Default 500.
 	ImportChunk int
 	// ImportWorkers is how many imports run at once on this node. Default 2.
@@ -60,7 +63,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.MaxEvents = cmp.Or(c.MaxEvents, MaxEventsDefault)
 	c.MaxImportBytes = cmp.Or(c.MaxImportBytes, MaxImportBytesDefault)
-	c.MaxCSVLineBytes = cmp.Or(c.MaxCSVLineBytes, MaxCSVLineBytesDefault)
+	c.MaxCSVRecordBytes = cmp.Or(c.MaxCSVRecordBytes, MaxCSVRecordBytesDefault)
 	c.ImportChunk = cmp.Or(c.ImportChunk, ImportChunkDefault)
 	c.ImportWorkers = cmp.Or(c.ImportWorkers, ImportWorkersDefault)
 	c.MaxRowErrors = cmp.Or(c.MaxRowErrors, MaxRowErrorsDefault)
@@ -86,6 +89,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxEvents < 1 {
 		errs = append(errs, fmt.Errorf("MaxEvents %d must be at least 1", c.MaxEvents))
+	}
+	if c.MaxCSVRecordBytes < 1024 {
+		errs = append(errs, fmt.Errorf("MaxCSVRecordBytes %d is below 1 KiB", c.MaxCSVRecordBytes))
 	}
 	if c.ImportChunk < 1 || c.ImportWorkers < 1 {
 		errs = append(errs, errors.New("ImportChunk and ImportWorkers must be at least 1"))

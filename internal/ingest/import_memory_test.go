@@ -90,3 +90,58 @@ func TestLargeImportIsStreamed(t *testing.T) {
 			float64(growth)/(1<<20), rows*cell>>20, maxGrowth>>20)
 	}
 }
+
+// A CSV record longer than MaxCSVRecordBytes is never held in memory: a
+// quoted cell of 64 MiB over 65,536 lines, far over the 1 MiB default, is
+// read to its end without being kept, fails its row with an error that
+// names its lines and the limit, and the rows around it are imported. The
+// bytes this process allocates from the upload's start to the import's end
+// (runtime.MemStats.TotalAlloc, a running sum that no sampling can miss)
+// must stay under half the cell, so no buffer can have held it.
+//
+// Not parallel: the allocations counted must be this test's.
+func TestOverLongCSVRecordIsARowErrorAndNotBuffered(t *testing.T) {
+	const (
+		cellLines = 64 << 10
+		lineBytes = 1 << 10 // with its newline
+		maxAlloc  = 32 << 20
+	)
+	f := setup(t, ingest.Config{})
+	body, w := io.Pipe()
+	go func() {
+		line := []byte(strings.Repeat("x", lineBytes-1) + "\n")
+		_, err := io.WriteString(w, "product_id,version,description\np1,1,before\np2,1,\"\n")
+		for i := 0; i < cellLines && err == nil; i++ {
+			_, err = w.Write(line)
+		}
+		if err == nil {
+			_, err = io.WriteString(w, "\"\np3,1,after\n")
+		}
+		w.CloseWithError(err)
+	}()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	resp, b := f.post(t, "/v1/tenants/acme/imports", f.tokens["acme"], "text/csv", body)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	j := f.waitImportFor(t, importID(t, b), f.tokens["acme"], 2*time.Minute)
+	runtime.ReadMemStats(&after)
+
+	want := fmt.Sprintf("line 3: record too long: the record on lines 3-%d has more than %d bytes, the limit per CSV record",
+		cellLines+4, ingest.MaxCSVRecordBytesDefault)
+	if j.Status != ingest.ImportSucceededWithErrors || j.RowsOK != 2 || j.RowsFailed != 1 || len(j.Errors) != 1 ||
+		j.Errors[0].Line != 3 || j.Errors[0].Error != want {
+		t.Fatalf("job %+v, want rows 2 and 4 stored and row 3 failing with %q", j, want)
+	}
+	if n := f.msgs(t); n != 2 {
+		t.Fatalf("stream holds %d events, want 2", n)
+	}
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("a %d MiB cell: %.1f MiB allocated during its upload and import", cellLines*lineBytes>>20, float64(alloc)/(1<<20))
+	if alloc > maxAlloc {
+		t.Fatalf("%.1f MiB allocated during the import of a %d MiB cell, want under %d MiB: the record was buffered",
+			float64(alloc)/(1<<20), cellLines*lineBytes>>20, maxAlloc>>20)
+	}
+}

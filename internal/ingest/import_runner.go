@@ -129,7 +129,7 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 		return fmt.Errorf("open spooled upload: %w", err)
 	}
 	defer f.Close()
-	rows, err := newCSVRows(f, j.Tenant, s.cfg.Limits, s.cfg.MaxCSVLineBytes, s.cfg.Clock)
+	rows, err := newCSVRows(f, j.Tenant, s.cfg.Limits, s.cfg.MaxCSVRecordBytes, s.cfg.Clock)
 	if err != nil {
 		return err
 	}
