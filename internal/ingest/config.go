@@ -18,7 +18,10 @@ const (
 	MaxEventsDefault               = 10_000   // events per request
 	MaxImportBytesDefault    int64 = 2 << 30  // 2 GiB per CSV upload
 	MaxCSVRecordBytesDefault       = 1 << 20  // 1 MiB per CSV record
-	ImportChunkDefault             = 500      // events published per round of an import
+	UploadMinRateDefault     int64 = 64 << 10 // bytes/s a CSV upload must keep up after UploadGrace
+	UploadGraceDefault             = 30 * time.Second
+	UploadTimeoutDefault           = 30 * time.Minute
+	ImportChunkDefault             = 500 // events published per round of an import
 	ImportWorkersDefault           = 2
 	MaxRowErrorsDefault            = 100 // row errors kept per import
 	ShutdownTimeoutDefault         = 30 * time.Second
@@ -39,6 +42,17 @@ type Config struct {
 	// this much per row; a longer record is a row error and the import
 	// goes on. Default 1 MiB.
 	MaxCSVRecordBytes int
+	// UploadMinRate is the slowest average rate, in bytes per second, at
+	// which a CSV upload may arrive: its body must be in by UploadGrace
+	// plus one second per UploadMinRate bytes received, or it is cut with
+	// 408. Default 64 KiB/s.
+	UploadMinRate int64
+	// UploadGrace is the time a CSV upload has before UploadMinRate
+	// counts. Default 30s.
+	UploadGrace time.Duration
+	// UploadTimeout bounds the time to receive one CSV upload, however
+	// fast it arrives. Default 30m.
+	UploadTimeout time.Duration
 	// ImportChunk is how many rows an import publishes per round. Default 500.
 	ImportChunk int
 	// ImportWorkers is how many imports run at once on this node. Default 2.
@@ -64,6 +78,9 @@ func (c Config) WithDefaults() Config {
 	c.MaxEvents = cmp.Or(c.MaxEvents, MaxEventsDefault)
 	c.MaxImportBytes = cmp.Or(c.MaxImportBytes, MaxImportBytesDefault)
 	c.MaxCSVRecordBytes = cmp.Or(c.MaxCSVRecordBytes, MaxCSVRecordBytesDefault)
+	c.UploadMinRate = cmp.Or(c.UploadMinRate, UploadMinRateDefault)
+	c.UploadGrace = cmp.Or(c.UploadGrace, UploadGraceDefault)
+	c.UploadTimeout = cmp.Or(c.UploadTimeout, UploadTimeoutDefault)
 	c.ImportChunk = cmp.Or(c.ImportChunk, ImportChunkDefault)
 	c.ImportWorkers = cmp.Or(c.ImportWorkers, ImportWorkersDefault)
 	c.MaxRowErrors = cmp.Or(c.MaxRowErrors, MaxRowErrorsDefault)
@@ -92,6 +109,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxCSVRecordBytes < 1024 {
 		errs = append(errs, fmt.Errorf("MaxCSVRecordBytes %d is below 1 KiB", c.MaxCSVRecordBytes))
+	}
+	if c.UploadMinRate < 1 || c.UploadGrace < 0 || c.UploadTimeout < 0 {
+		errs = append(errs, errors.New("UploadMinRate must be at least 1 byte/s; UploadGrace and UploadTimeout may not be negative"))
 	}
 	if c.ImportChunk < 1 || c.ImportWorkers < 1 {
 		errs = append(errs, errors.New("ImportChunk and ImportWorkers must be at least 1"))

@@ -13,4 +13,7 @@ var (
 	// that span lines) longer than Config.MaxCSVRecordBytes. The import
 	// reports it as a row error and goes on with the next record.
 	ErrRecordTooLong = errors.New("record too long")
+	// ErrUploadTooSlow marks a CSV upload that fell below
+	// Config.UploadMinRate or outlasted Config.UploadTimeout.
+	ErrUploadTooSlow = errors.New("upload too slow")
 )
