@@ -21,7 +21,8 @@ const (
 	UploadMinRateDefault     int64 = 64 << 10 // bytes/s a CSV upload must keep up after UploadGrace
 	UploadGraceDefault             = 30 * time.Second
 	UploadTimeoutDefault           = 30 * time.Minute
-	ImportChunkDefault             = 500 // events published per round of an import
+	ImportChunkDefault             = 500     // events published per round of an import
+	ImportChunkBytesDefault        = 8 << 20 // payload bytes published per round of an import
 	ImportWorkersDefault           = 2
 	MaxRowErrorsDefault            = 100 // row errors kept per import
 	ShutdownTimeoutDefault         = 30 * time.Second
@@ -55,6 +56,11 @@ type Config struct {
 	UploadTimeout time.Duration
 	// ImportChunk is how many rows an import publishes per round. Default 500.
 	ImportChunk int
+	// ImportChunkBytes bounds the payload bytes of one round: a round
+	// goes out before a row would take it past this, so rows of large
+	// payloads make smaller rounds. At least Limits.MaxPayloadBytes.
+	// Default 8 MiB.
+	ImportChunkBytes int
 	// ImportWorkers is how many imports run at once on this node. Default 2.
 	ImportWorkers int
 	// MaxRowErrors is how many row errors an import keeps. Default 100.
@@ -82,6 +88,7 @@ func (c Config) WithDefaults() Config {
 	c.UploadGrace = cmp.Or(c.UploadGrace, UploadGraceDefault)
 	c.UploadTimeout = cmp.Or(c.UploadTimeout, UploadTimeoutDefault)
 	c.ImportChunk = cmp.Or(c.ImportChunk, ImportChunkDefault)
+	c.ImportChunkBytes = cmp.Or(c.ImportChunkBytes, ImportChunkBytesDefault)
 	c.ImportWorkers = cmp.Or(c.ImportWorkers, ImportWorkersDefault)
 	c.MaxRowErrors = cmp.Or(c.MaxRowErrors, MaxRowErrorsDefault)
 	c.SpoolDir = cmp.Or(c.SpoolDir, filepath.Join(os.TempDir(), "fairway-imports"))
@@ -115,6 +122,9 @@ func (c Config) validate() error {
 	}
 	if c.ImportChunk < 1 || c.ImportWorkers < 1 {
 		errs = append(errs, errors.New("ImportChunk and ImportWorkers must be at least 1"))
+	}
+	if c.ImportChunkBytes < c.Limits.MaxPayloadBytes {
+		errs = append(errs, fmt.Errorf("ImportChunkBytes %d is below the payload limit %d", c.ImportChunkBytes, c.Limits.MaxPayloadBytes))
 	}
 	if int64(c.Limits.MaxPayloadBytes) > c.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("payload limit %d exceeds body limit %d", c.Limits.MaxPayloadBytes, c.MaxBodyBytes))

@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/ingest"
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // A CSV upload is never held in memory whole: the body goes to a spool
@@ -143,5 +145,54 @@ func TestOverLongCSVRecordIsARowErrorAndNotBuffered(t *testing.T) {
 	if alloc > maxAlloc {
 		t.Fatalf("%.1f MiB allocated during the import of a %d MiB cell, want under %d MiB: the record was buffered",
 			float64(alloc)/(1<<20), cellLines*lineBytes>>20, maxAlloc>>20)
+	}
+}
+
+// roundRecorder publishes through the real publisher and keeps the largest
+// payload total that one Publish call carried.
+type roundRecorder struct {
+	ingest.Publisher
+	mu  sync.Mutex
+	max int
+}
+
+func (p *roundRecorder) Publish(ctx context.Context, evs []events.Event) []events.Result {
+	n := 0
+	for _, e := range evs {
+		n += len(e.Payload)
+	}
+	p.mu.Lock()
+	p.max = max(p.max, n)
+	p.mu.Unlock()
+	return p.Publisher.Publish(ctx, evs)
+}
+
+// An import publishes a round once it holds ImportChunk rows or before its
+// payloads would pass ImportChunkBytes, so rows of large (valid) payloads
+// cannot make one round hold ImportChunk of them: 100 rows of 200 KiB go
+// out in rounds of at most 8 MiB, and every row is stored.
+func TestImportRoundsAreBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	const rows, cell = 100, 200 << 10
+	rec := &roundRecorder{}
+	f := setupDeps(t, ingest.Config{}, func(d *ingest.Deps) { rec.Publisher = d.Publisher; d.Publisher = rec })
+	var csv strings.Builder
+	csv.WriteString("product_id,version,description\n")
+	filler := strings.Repeat("x", cell)
+	for i := range rows {
+		fmt.Fprintf(&csv, "p%d,1,%s\n", i, filler)
+	}
+	resp, b := f.post(t, "/v1/tenants/acme/imports", f.tokens["acme"], "text/csv", strings.NewReader(csv.String()))
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	j := f.waitImport(t, importID(t, b), f.tokens["acme"])
+	if j.Status != ingest.ImportSucceeded || j.RowsOK != rows {
+		t.Fatalf("job %+v, want %d rows stored", j, rows)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.max > ingest.ImportChunkBytesDefault {
+		t.Fatalf("one round published %d bytes of payload, want at most %d", rec.max, ingest.ImportChunkBytesDefault)
 	}
 }
