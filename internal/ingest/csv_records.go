@@ -33,7 +33,7 @@ func newCSVRecords(r io.Reader, max int) *csvRecords {
 // starts on. A record over the limit is an error that Is ErrRecordTooLong;
 // one encoding/csv cannot parse is a *csv.ParseError. Reading goes on after
 // both; any other error, io.EOF at the end, means the stream is done.
-func (c *csvRecords) Read() (rec []string, line int, err error) {
+func (c *csvRecords) Read() ([]string, int, error) {
 	for {
 		rec, err := c.cr.Read()
 		if !errors.Is(err, io.EOF) {
