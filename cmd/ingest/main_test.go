@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/ingest"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -32,6 +33,18 @@ func TestParseConfig(t *testing.T) {
 		c.NATS != (bootstrap.NATSConfig{URL: env["NATS_URL"], Creds: "/run/ingest.creds", CA: "/run/ca.pem"}) ||
 		c.TLS != (bootstrap.ServerTLS{CertFile: "/run/cert.pem", KeyFile: "/run/key.pem"}) {
 		t.Fatalf("config %+v", c)
+	}
+	if c.Ingest.MaxCSVRecordBytes != ingest.MaxCSVRecordBytesDefault || c.Ingest.UploadMinRate != ingest.UploadMinRateDefault ||
+		c.Ingest.UploadGrace != ingest.UploadGraceDefault || c.Ingest.UploadTimeout != ingest.UploadTimeoutDefault {
+		t.Fatalf("upload limits %+v, want the defaults", c.Ingest)
+	}
+	c, err = parseConfig([]string{"--max-csv-record", "4096", "--upload-min-rate", "1000", "--upload-grace", "5s", "--upload-timeout", "1h"},
+		func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ingest.MaxCSVRecordBytes != 4096 || c.Ingest.UploadMinRate != 1000 || c.Ingest.UploadGrace != 5*time.Second || c.Ingest.UploadTimeout != time.Hour {
+		t.Fatalf("upload limits %+v", c.Ingest)
 	}
 	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("missing DATABASE_URL: %v", err)

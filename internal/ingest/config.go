@@ -14,14 +14,18 @@ import (
 
 // Defaults for Config.
 const (
-	MaxBodyBytesDefault    int64 = 16 << 20 // 16 MiB per events request
-	MaxEventsDefault             = 10_000   // events per request
-	MaxImportBytesDefault  int64 = 2 << 30  // 2 GiB per CSV upload
-	MaxCSVLineBytesDefault       = 1 << 20  // 1 MiB per CSV line
-	ImportChunkDefault           = 500      // events published per round of an import
-	ImportWorkersDefault         = 2
-	MaxRowErrorsDefault          = 100 // row errors kept per import
-	ShutdownTimeoutDefault       = 30 * time.Second
+	MaxBodyBytesDefault      int64 = 16 << 20 // 16 MiB per events request
+	MaxEventsDefault               = 10_000   // events per request
+	MaxImportBytesDefault    int64 = 2 << 30  // 2 GiB per CSV upload
+	MaxCSVRecordBytesDefault       = 1 << 20  // 1 MiB per CSV record
+	UploadMinRateDefault     int64 = 64 << 10 // bytes/s a CSV upload must keep up after UploadGrace
+	UploadGraceDefault             = 30 * time.Second
+	UploadTimeoutDefault           = 30 * time.Minute
+	ImportChunkDefault             = 500     // events published per round of an import
+	ImportChunkBytesDefault        = 8 << 20 // payload bytes published per round of an import
+	ImportWorkersDefault           = 2
+	MaxRowErrorsDefault            = 100 // row errors kept per import
+	ShutdownTimeoutDefault         = 30 * time.Second
 )
 
 // Config configures the ingest Server. Zero values take the defaults.
@@ -34,10 +38,29 @@ type Config struct {
 	MaxEvents int
 	// MaxImportBytes bounds one CSV upload. Default 2 GiB.
 	MaxImportBytes int64
-	// MaxCSVLineBytes bounds one physical CSV line. Default 1 MiB.
-	MaxCSVLineBytes int
+	// MaxCSVRecordBytes bounds one CSV record: a row with all its fields,
+	// quoted fields that span lines included. An import holds a few times
+	// this much per row; a longer record is a row error and the import
+	// goes on. Default 1 MiB.
+	MaxCSVRecordBytes int
+	// UploadMinRate is the slowest average rate, in bytes per second, at
+	// which a CSV upload may arrive: its body must be in by UploadGrace
+	// plus one second per UploadMinRate bytes received, or it is cut with
+	// 408. Default 64 KiB/s.
+	UploadMinRate int64
+	// UploadGrace is the time a CSV upload has before UploadMinRate
+	// counts. Default 30s.
+	UploadGrace time.Duration
+	// UploadTimeout bounds the time to receive one CSV upload, however
+	// fast it arrives. Default 30m.
+	UploadTimeout time.Duration
 	// ImportChunk is how many rows an import publishes per round. Default 500.
 	ImportChunk int
+	// ImportChunkBytes bounds the payload bytes of one round: a round
+	// goes out before a row would take it past this, so rows of large
+	// payloads make smaller rounds. At least Limits.MaxPayloadBytes.
+	// Default 8 MiB.
+	ImportChunkBytes int
 	// ImportWorkers is how many imports run at once on this node. Default 2.
 	ImportWorkers int
 	// MaxRowErrors is how many row errors an import keeps. Default 100.
@@ -60,8 +83,12 @@ func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.MaxEvents = cmp.Or(c.MaxEvents, MaxEventsDefault)
 	c.MaxImportBytes = cmp.Or(c.MaxImportBytes, MaxImportBytesDefault)
-	c.MaxCSVLineBytes = cmp.Or(c.MaxCSVLineBytes, MaxCSVLineBytesDefault)
+	c.MaxCSVRecordBytes = cmp.Or(c.MaxCSVRecordBytes, MaxCSVRecordBytesDefault)
+	c.UploadMinRate = cmp.Or(c.UploadMinRate, UploadMinRateDefault)
+	c.UploadGrace = cmp.Or(c.UploadGrace, UploadGraceDefault)
+	c.UploadTimeout = cmp.Or(c.UploadTimeout, UploadTimeoutDefault)
 	c.ImportChunk = cmp.Or(c.ImportChunk, ImportChunkDefault)
+	c.ImportChunkBytes = cmp.Or(c.ImportChunkBytes, ImportChunkBytesDefault)
 	c.ImportWorkers = cmp.Or(c.ImportWorkers, ImportWorkersDefault)
 	c.MaxRowErrors = cmp.Or(c.MaxRowErrors, MaxRowErrorsDefault)
 	c.SpoolDir = cmp.Or(c.SpoolDir, filepath.Join(os.TempDir(), "fairway-imports"))
@@ -87,8 +114,17 @@ func (c Config) validate() error {
 	if c.MaxEvents < 1 {
 		errs = append(errs, fmt.Errorf("MaxEvents %d must be at least 1", c.MaxEvents))
 	}
+	if c.MaxCSVRecordBytes < 1024 {
+		errs = append(errs, fmt.Errorf("MaxCSVRecordBytes %d is below 1 KiB", c.MaxCSVRecordBytes))
+	}
+	if c.UploadMinRate < 1 || c.UploadGrace < 0 || c.UploadTimeout < 0 {
+		errs = append(errs, errors.New("UploadMinRate must be at least 1 byte/s; UploadGrace and UploadTimeout may not be negative"))
+	}
 	if c.ImportChunk < 1 || c.ImportWorkers < 1 {
 		errs = append(errs, errors.New("ImportChunk and ImportWorkers must be at least 1"))
+	}
+	if c.ImportChunkBytes < c.Limits.MaxPayloadBytes {
+		errs = append(errs, fmt.Errorf("ImportChunkBytes %d is below the payload limit %d", c.ImportChunkBytes, c.Limits.MaxPayloadBytes))
 	}
 	if int64(c.Limits.MaxPayloadBytes) > c.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("payload limit %d exceeds body limit %d", c.Limits.MaxPayloadBytes, c.MaxBodyBytes))

@@ -23,11 +23,11 @@ const (
 	colKey        = "idempotency_key"
 )
 
-// csvRows turns a CSV catalog file into events, one row at a time, so a
-// file of any size is never held in memory whole.
+// csvRows turns a CSV catalog file into events, one row at a time and no
+// row longer than the record limit, so a file of any size is never held in
+// memory whole.
 type csvRows struct {
-	r      *csv.Reader
-	lr     *lineLimitReader
+	r      *csvRecords
 	tenant string
 	limits events.Limits
 	now    func() time.Time
@@ -50,19 +50,16 @@ type CSVRow struct {
 	Err   error
 }
 
-func newCSVRows(r io.Reader, tenant string, limits events.Limits, maxLine int, now func() time.Time) (*csvRows, error) {
-	lr := &lineLimitReader{r: r, max: maxLine}
-	cr := csv.NewReader(lr)
-	cr.FieldsPerRecord = -1 // checked per row, so a short row is a row error, not the end
-	cr.ReuseRecord = true
-	header, err := cr.Read()
+func newCSVRows(r io.Reader, tenant string, limits events.Limits, maxRecord int, now func() time.Time) (*csvRows, error) {
+	cr := newCSVRecords(r, maxRecord)
+	header, _, err := cr.Read()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%w: file is empty; the first line must be a header (product_id,version,op,...)", ErrBadCSV)
 		}
 		return nil, fmt.Errorf("%w: header: %v", ErrBadCSV, err)
 	}
-	c := &csvRows{r: cr, lr: lr, tenant: tenant, limits: limits, now: now, idx: map[string]int{}, ncols: len(header)}
+	c := &csvRows{r: cr, tenant: tenant, limits: limits, now: now, idx: map[string]int{}, ncols: len(header)}
 	seen := map[string]bool{}
 	for i, h := range header {
 		name := strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
@@ -91,22 +88,22 @@ func newCSVRows(r io.Reader, tenant string, limits events.Limits, maxLine int, n
 // Next returns the next data row. A row-level problem is in CSVRow.Err; a
 // non-nil error (io.EOF at the end) means the file cannot be read further.
 func (c *csvRows) Next() (CSVRow, error) {
-	rec, err := c.r.Read()
+	rec, line, err := c.r.Read()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return CSVRow{}, io.EOF
 		}
-		if errors.Is(err, ErrLineTooLong) {
-			return CSVRow{}, fmt.Errorf("%w: line %d is longer than %d bytes", ErrBadCSV, c.lr.line, c.lr.max)
+		if errors.Is(err, ErrRecordTooLong) {
+			// The record was skipped whole; go on with the next.
+			return CSVRow{Line: line, Err: err}, nil
 		}
 		var pe *csv.ParseError
 		if errors.As(err, &pe) {
 			// The reader has consumed the bad record; go on with the next.
-			return CSVRow{Line: pe.StartLine, Err: fmt.Errorf("malformed CSV: %v", pe.Err)}, nil
+			return CSVRow{Line: line, Err: fmt.Errorf("malformed CSV: %v", pe.Err)}, nil
 		}
 		return CSVRow{}, fmt.Errorf("read csv: %w", err)
 	}
-	line, _ := c.r.FieldPos(0)
 	row := CSVRow{Line: line}
 	if len(rec) != c.ncols {
 		row.Err = fmt.Errorf("has %d fields, header has %d", len(rec), c.ncols)
@@ -168,33 +165,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// lineLimitReader fails with ErrLineTooLong when a physical line grows past
-// max bytes, so one endless line cannot make the CSV reader buffer without
-// bound.
-type lineLimitReader struct {
-	r    io.Reader
-	max  int
-	cur  int // bytes in the current line so far
-	line int // 1-based number of the current line
-}
-
-func (l *lineLimitReader) Read(p []byte) (int, error) {
-	if l.line == 0 {
-		l.line = 1
-	}
-	n, err := l.r.Read(p)
-	for i := 0; i < n; i++ {
-		if p[i] == '\n' {
-			l.cur = 0
-			l.line++
-			continue
-		}
-		l.cur++
-		if l.cur > l.max {
-			return i, ErrLineTooLong
-		}
-	}
-	return n, err
 }

@@ -12,8 +12,8 @@ import (
 
 var csvNow = func() time.Time { return time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC) }
 
-func readAll(t testing.TB, csv string, maxLine int) ([]CSVRow, error) {
-	rows, err := newCSVRows(strings.NewReader(csv), "acme", events.Limits{}, maxLine, csvNow)
+func readAll(t testing.TB, csv string, maxRecord int) ([]CSVRow, error) {
+	rows, err := newCSVRows(strings.NewReader(csv), "acme", events.Limits{}, maxRecord, csvNow)
 	if err != nil {
 		return nil, err
 	}
@@ -65,11 +65,42 @@ func TestCSVRowsHeaderErrors(t *testing.T) {
 	}
 }
 
-func TestLineLimitReaderStopsAnEndlessLine(t *testing.T) {
+// A record over the limit, whether one endless line or a quoted field over
+// many lines, is a row error naming its lines and the limit, and the rows
+// after it are read as usual.
+func TestCSVRowsSkipOverLongRecords(t *testing.T) {
 	t.Parallel()
-	_, err := readAll(t, "product_id,version\np1,1\n"+strings.Repeat("x", 5000), 1000)
-	if !errors.Is(err, ErrBadCSV) || !strings.Contains(err.Error(), "line 3") {
-		t.Fatalf("err %v, want a bad-csv error naming line 3", err)
+	long := strings.Repeat("x", 600)
+	for name, c := range map[string]struct {
+		csv, want string
+		next      int // line of the row after the long one; 0: there is none
+	}{
+		"endless line": {"product_id,version,name\np1,1,a\np2,1," + long + long + "\np3,1,c\n",
+			"the record on line 3 has more than 1024 bytes", 4},
+		"quoted field over many lines": {"product_id,version,name\np1,1,a\np2,1,\"" + long + "\n" + long + "\n\"\np3,1,c\n",
+			"the record on lines 3-5 has more than 1024 bytes", 6},
+		"unclosed quote": {"product_id,version,name\np1,1,a\np2,1,\"" + long + "\n" + long + "\np3,1,c\n",
+			"the record on lines 3-5 has more than 1024 bytes, the limit per CSV record; a quoted field in it is not closed before the end of the file", 0},
+		"no newline at the end": {"product_id,version,name\np1,1,a\np2,1," + long + long,
+			"the record on line 3 has more than 1024 bytes", 0},
+	} {
+		rows, err := readAll(t, c.csv, 1024)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		want := 2
+		if c.next > 0 {
+			want = 3
+		}
+		if len(rows) != want || rows[0].Err != nil || rows[1].Line != 3 || !errors.Is(rows[1].Err, ErrRecordTooLong) ||
+			!strings.Contains(rows[1].Err.Error(), c.want) {
+			t.Errorf("%s: rows %+v, want row 2 at line 3 failing with %q", name, rows, c.want)
+			continue
+		}
+		if c.next > 0 && (rows[2].Err != nil || rows[2].Event.ProductID != "p3" || rows[2].Line != c.next) {
+			t.Errorf("%s: the row after the long one is %+v", name, rows[2])
+		}
 	}
 }
 

@@ -7,9 +7,13 @@ var (
 	// belongs to another tenant (the two are not told apart on purpose).
 	ErrImportNotFound = errors.New("import not found")
 	// ErrBadCSV marks a CSV import that cannot be read further (missing
-	// required columns, a line over the limit, a read error).
+	// required columns, a header over the record limit, a read error).
 	ErrBadCSV = errors.New("bad csv")
-	// ErrLineTooLong is returned when one physical line of an upload
-	// exceeds Config.MaxCSVLineBytes.
-	ErrLineTooLong = errors.New("line too long")
+	// ErrRecordTooLong marks a CSV record (a row, with any quoted fields
+	// that span lines) longer than Config.MaxCSVRecordBytes. The import
+	// reports it as a row error and goes on with the next record.
+	ErrRecordTooLong = errors.New("record too long")
+	// ErrUploadTooSlow marks a CSV upload that fell below
+	// Config.UploadMinRate or outlasted Config.UploadTimeout.
+	ErrUploadTooSlow = errors.New("upload too slow")
 )

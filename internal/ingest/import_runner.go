@@ -129,7 +129,7 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 		return fmt.Errorf("open spooled upload: %w", err)
 	}
 	defer f.Close()
-	rows, err := newCSVRows(f, j.Tenant, s.cfg.Limits, s.cfg.MaxCSVLineBytes, s.cfg.Clock)
+	rows, err := newCSVRows(f, j.Tenant, s.cfg.Limits, s.cfg.MaxCSVRecordBytes, s.cfg.Clock)
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,8 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 	lines := make([]int, 0, s.cfg.ImportChunk)
 	pctx := events.ContextWithRequestID(ctx, j.requestID)
 
-	var pending int64 // rows read since the last flush, in file order
+	var pending int64  // rows read since the last flush, in file order
+	var chunkBytes int // payload bytes in chunk
 	flush := func() error {
 		if len(chunk) > 0 {
 			res := s.deps.Publisher.Publish(pctx, chunk)
@@ -162,7 +163,8 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 					s.metrics.ImportRows.WithLabelValues("accepted").Inc()
 				}
 			}
-			chunk, lines = chunk[:0], lines[:0]
+			clear(chunk) // the payloads are garbage now
+			chunk, lines, chunkBytes = chunk[:0], lines[:0], 0
 		}
 		j.RowsTotal += pending
 		pending = 0
@@ -188,6 +190,13 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 		if seen <= skip {
 			continue
 		}
+		if row.Err == nil && len(chunk) > 0 && chunkBytes+len(row.Event.Payload) > s.cfg.ImportChunkBytes {
+			// Flushed before this row counts as pending, so a resume
+			// after this round reads the row again.
+			if err := flush(); err != nil {
+				return err
+			}
+		}
 		pending++
 		if row.Err != nil {
 			r.addError(j, row.Line, fmt.Sprintf("line %d: %v", row.Line, row.Err))
@@ -196,6 +205,7 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 		}
 		chunk = append(chunk, row.Event)
 		lines = append(lines, row.Line)
+		chunkBytes += len(row.Event.Payload)
 		if len(chunk) == s.cfg.ImportChunk {
 			if err := flush(); err != nil {
 				return err

@@ -9,13 +9,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/google/uuid"
 )
-
-// UploadReadTimeout bounds the time to receive one CSV upload.
-const UploadReadTimeout = 30 * time.Minute
 
 // ImportAccepted is the body of a 202 answer to a CSV upload.
 type ImportAccepted struct {
@@ -46,16 +42,23 @@ func (s *Server) handleCreateImport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "tenant registry unavailable; retry")
 		return
 	}
-	// A large upload may take longer than the server's read timeout.
-	_ = http.NewResponseController(w).SetReadDeadline(s.cfg.Clock().Add(UploadReadTimeout))
+	// A large upload may take longer than the server's read and write
+	// timeouts; it has as long as it keeps up the minimum rate, up to
+	// UploadTimeout, and then its own time to be answered.
 	id := uuid.NewString()
 	path := filepath.Join(s.cfg.SpoolDir, id+".csv")
-	n, err := spool(path, http.MaxBytesReader(w, r.Body, s.cfg.MaxImportBytes))
+	n, err := spool(path, newUploadDeadline(w, http.MaxBytesReader(w, r.Body, s.cfg.MaxImportBytes), &s.cfg))
+	_ = http.NewResponseController(w).SetWriteDeadline(s.cfg.Clock().Add(uploadAnswerTime))
 	if err != nil {
 		_ = os.Remove(path)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("upload exceeds %d bytes", s.cfg.MaxImportBytes))
+			return
+		}
+		if errors.Is(err, ErrUploadTooSlow) {
+			s.log.WarnContext(r.Context(), "upload cut", "tenant", tenant, "err", err, "request_id", requestID(r.Context()))
+			writeError(w, http.StatusRequestTimeout, "upload_too_slow", err.Error())
 			return
 		}
 		s.log.ErrorContext(r.Context(), "spool import", "tenant", tenant, "err", err, "request_id", requestID(r.Context()))

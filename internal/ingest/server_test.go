@@ -491,13 +491,13 @@ func TestCSVImportWithBadRows(t *testing.T) {
 
 func TestCSVImportFailures(t *testing.T) {
 	t.Parallel()
-	f := setup(t, ingest.Config{MaxCSVLineBytes: 4096})
+	f := setup(t, ingest.Config{MaxCSVRecordBytes: 4096})
 	cases := []struct {
 		name, csv, wantFailure string
 	}{
 		{"missing version column", "product_id,name\np1,x\n", `no "version" column`},
 		{"empty file", "", "empty"},
-		{"endless line", "product_id,version,name\np1,1," + strings.Repeat("z", 10000) + "\n", "longer than 4096 bytes"},
+		{"header over the record limit", "product_id,version," + strings.Repeat("z", 10000) + "\np1,1,x\n", "has more than 4096 bytes"},
 		{"every row bad", "product_id,version\np1,x\np2,y\n", "no row was accepted"},
 	}
 	for _, c := range cases {
