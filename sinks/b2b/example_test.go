@@ -8,8 +8,38 @@ import (
 	"strings"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
 	"github.com/fairwayhq/fairway/sinks/b2b"
 )
+
+// A partner on the default scheme, Standard Webhooks, verifies each
+// request with a reference library before it trusts the body: here the Go
+// one, given the secret in its "whsec_" form.
+func Example_standardWebhooks() {
+	const secret = "whsec_o2LwUnDj2i8b4/zBXOy58SCtMLEhkc2G"
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		panic(err)
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		if err != nil {
+			http.Error(w, "cannot read body", http.StatusBadRequest)
+			return
+		}
+		if err := wh.Verify(body, r.Header); err != nil {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		// Deduplicate on r.Header.Get("webhook-id"), then apply each
+		// event unless a newer version of the product is stored.
+		fmt.Fprintln(w, `{"ok":true}`)
+	})
+	fmt.Println(send(handler, b2b.SigningStandard, secret))
+	// Output:
+	// 200 401
+}
 
 // A partner on fairway's own scheme verifies each request with
 // SigningFairway.Verify (or the same steps in any language): the HMAC of
