@@ -380,8 +380,8 @@ func (s *bareSystem) applyClickHouse(ctx context.Context, recs []bareRecord) err
 }
 
 // applyPartner POSTs each tenant's events as one b2b.Body built with
-// encoding/json and signed with b2b.Sign (BenchmarkBareSignedPost's
-// request).
+// encoding/json and signed with b2b.SigningDefault.Sign
+// (BenchmarkBareSignedPost's request).
 func (s *bareSystem) applyPartner(ctx context.Context, recs []bareRecord) error {
 	byTenant := map[string]*b2b.Body{}
 	for _, r := range recs {
@@ -404,9 +404,7 @@ func (s *bareSystem) applyPartner(ctx context.Context, recs []bareRecord) error 
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(b2b.HeaderIdempotencyKey, fmt.Sprintf("%s-%d-%d", body.Tenant, body.Events[0].Seq, len(body.Events)))
-		req.Header.Set(b2b.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-		req.Header.Set(b2b.HeaderSignature, b2b.Sign(pipelineSecret, now, raw))
+		b2b.SigningDefault.Sign(req.Header, fmt.Sprintf("%s-%d-%d", body.Tenant, body.Events[0].Seq, len(body.Events)), now, raw, pipelineSecret)
 		resp, err := s.client.Do(req)
 		if err != nil {
 			return err

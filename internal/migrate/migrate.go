@@ -38,6 +38,24 @@ func Up(ctx context.Context, dsn string) ([]Result, error) {
 
 // UpDB is Up on an open database handle.
 func UpDB(ctx context.Context, db *sql.DB) ([]Result, error) {
+	p, err := newProvider(db)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: up: %w", err)
+	}
+	out := make([]Result, 0, len(res))
+	for _, r := range res {
+		out = append(out, Result{Version: r.Source.Version, Source: r.Source.Path})
+	}
+	return out, nil
+}
+
+// newProvider returns a goose provider of the embedded migrations on db,
+// holding PostgreSQL's advisory lock while it migrates.
+func newProvider(db *sql.DB) (*goose.Provider, error) {
 	sub, err := fs.Sub(files, "sql")
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
@@ -50,15 +68,7 @@ func UpDB(ctx context.Context, db *sql.DB) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	res, err := p.Up(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrate: up: %w", err)
-	}
-	out := make([]Result, 0, len(res))
-	for _, r := range res {
-		out = append(out, Result{Version: r.Source.Version, Source: r.Source.Path})
-	}
-	return out, nil
+	return p, nil
 }
 
 var _ = stdlib.GetDefaultDriver

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
@@ -67,8 +66,8 @@ func BenchmarkB2BSink(b *testing.B) {
 
 // BenchmarkBareSignedPost is the baseline of the sink, as the PostgreSQL
 // and ClickHouse sinks' baselines are theirs: the same requests (body,
-// Idempotency-Key, timestamp, signature) built straight from the same
-// records with json.Marshal, signed with b2b.Sign (an HMAC-SHA256) and
+// webhook-id, timestamp, signature) built straight from the same records
+// with json.Marshal, signed with b2b.SigningDefault.Sign (an HMAC-SHA256) and
 // POSTed in a plain loop, without the sink's validation, collapse by
 // product, sorting, size limits or breaker.
 func BenchmarkBareSignedPost(b *testing.B) {
@@ -98,9 +97,7 @@ func BenchmarkBareSignedPost(b *testing.B) {
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("User-Agent", "bare")
-		req.Header.Set(b2b.HeaderIdempotencyKey, hex.EncodeToString(key.Sum(nil)[:16]))
-		req.Header.Set(b2b.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-		req.Header.Set(b2b.HeaderSignature, b2b.Sign(secret, now, raw))
+		b2b.SigningDefault.Sign(req.Header, hex.EncodeToString(key.Sum(nil)[:16]), now, raw, secret)
 		mustPost(b, client, req)
 	}
 	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "events/s")

@@ -10,39 +10,32 @@
 //
 // Per tenant in a batch, the sink sends the newest version of each product
 // (older versions in the same batch are superseded and count as applied;
-// events whose op the partner filters out count as applied too) as
+// events whose op the partner filters out count as applied too) as one
+// POST of a Body, signed with the partner's Signing: SigningStandard
+// (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature),
+// the default, or SigningFairway (Idempotency-Key, X-Fairway-Timestamp,
+// X-Fairway-Signature). During a secret rotation (Registry.RotateSecret)
+// each request carries a second signature under the previous secret until
+// Partner.PreviousSecretUntil. docs/partners.md is the partner's manual:
+// the headers, verifying them with the reference libraries, moving a
+// partner between schemes.
 //
-//	POST <url>
-//	Content-Type: application/json
-//	User-Agent: fairway/<version>
-//	Idempotency-Key: fw1-<hex>
-//	X-Fairway-Timestamp: <unix seconds>
-//	X-Fairway-Signature: v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>
+// A batch is split into several requests when its body would exceed the
+// partner's max request size; an event too large on its own is reported as
+// a permanent record error (ErrEventTooLarge). Events are ordered by
+// product id; "version" orders changes to one product, and a partner must
+// ignore a version older than the one it holds (requests can be retried,
+// replayed and, across several sink processes, reordered).
 //
-//	{"tenant":"acme","partner":"p1","events":[{"seq":42,"product_id":"sku-1",
-//	 "version":7,"op":"upsert","occurred_at":"2025-03-14T15:09:26Z","payload":{…}}]}
+// The idempotency key (webhook-id, or Idempotency-Key) is a hash of the
+// tenant, the partner and the stream sequences of the events in the
+// request: every retry of the same events carries the same key (a new
+// timestamp and signature), and two different sets of events never share
+// one. A replay of the same range reuses the keys, so a partner that
+// stores keys treats it as a duplicate.
 //
-// (see Body). A batch is split into several requests when its body would
-// exceed the partner's max request size; an event too large on its own is
-// reported as a permanent record error (ErrEventTooLarge). Events are
-// ordered by product id; "version" orders changes to one product, and a
-// partner must ignore a version older than the one it holds (requests can
-// be retried, replayed and, across several sink processes, reordered).
-//
-// The Idempotency-Key is a hash of the tenant, the partner and the stream
-// sequences of the events in the request: every retry of the same events
-// carries the same key (a new timestamp and signature), and two different
-// sets of events never share one. A replay of the same range reuses the
-// keys, so a partner that stores keys treats it as a duplicate.
-//
-// # Verifying a request (for partners)
-//
-// Read the raw body, then call Verify (or do the same in any language):
-// take X-Fairway-Timestamp, reject it if it is more than a few minutes from
-// your clock, compute HMAC-SHA256 with the shared secret over the timestamp,
-// a ".", and the raw body, hex-encode it, and compare it in constant time
-// with each "v1=" value of X-Fairway-Signature (there may be several,
-// comma-separated, during a secret rotation). See ExampleVerify.
+// Signing.Verify is the check a partner runs, in Go, for either scheme;
+// b2btest's receiver uses it.
 //
 // # Answers and classification
 //

@@ -44,11 +44,11 @@ var (
 	// ErrEventTooLarge is wrapped by the *sink.PermanentError of a record
 	// whose encoding alone exceeds the partner's max request size.
 	ErrEventTooLarge = errors.New("b2b: event larger than the partner's max request size")
-	// ErrSignature is returned by Verify for a missing, malformed or wrong
-	// signature.
+	// ErrSignature is returned by Signing.Verify for a missing, malformed
+	// or wrong signature.
 	ErrSignature = errors.New("b2b: bad signature")
-	// ErrStaleTimestamp is returned by Verify when the signed timestamp is
-	// further from now than the tolerance (a replayed request).
+	// ErrStaleTimestamp is returned by Signing.Verify when the signed
+	// timestamp is further from now than the tolerance (a replayed request).
 	ErrStaleTimestamp = errors.New("b2b: stale or missing signature timestamp")
 )
 

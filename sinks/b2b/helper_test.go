@@ -2,6 +2,7 @@ package b2b_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,19 @@ func setup(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	return &env{pool: pool, reg: reg, clock: newClock()}
+}
+
+// encrypted returns a registry on the env's database that encrypts
+// secrets at rest with a random key.
+func (e *env) encrypted(t testing.TB) *b2b.Registry {
+	t.Helper()
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	reg, err := b2b.NewRegistry(e.pool, &b2b.RegistryConfig{SecretKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }
 
 func (e *env) tenants(t testing.TB, ids ...string) {

@@ -21,8 +21,9 @@ const (
 	MaxRequestBytesDefault = 1 << 20
 	MaxRequestBytesMin     = 1 << 10
 	MaxRequestBytesMax     = 64 << 20
-	// SecretMinBytes is the shortest signing secret accepted.
-	SecretMinBytes = 16
+	// SecretOverlapDefault is how long the previous secret keeps signing
+	// after `fairway partners rotate-secret`.
+	SecretOverlapDefault = 24 * time.Hour
 )
 
 // Secret is a partner's signing secret. It formats as "[redacted]" with
@@ -52,9 +53,22 @@ type Partner struct {
 	// URL receives the POSTs: https (http only with
 	// RegistryConfig.AllowInsecureHTTP), with a host.
 	URL string
-	// Secret signs the requests; at least SecretMinBytes. Registry.List
-	// leaves it nil and sets SecretSet.
+	// Signing is the scheme the requests are signed with. Default
+	// SigningDefault (SigningStandard); partners registered before there
+	// was a choice have SigningFairway.
+	Signing Signing
+	// Secret signs the requests; at least SecretMinBytes for
+	// SigningFairway, WebhookSecretMinBytes for SigningStandard.
+	// Registry.List leaves it nil and sets SecretSet.
 	Secret Secret
+	// PreviousSecret signs every request as well, until
+	// PreviousSecretUntil: a second signature that lets the partner move
+	// to the new Secret without refusing a request (Registry.RotateSecret).
+	// Registry.List leaves it nil.
+	PreviousSecret Secret
+	// PreviousSecretUntil is when PreviousSecret stops signing; zero when
+	// there is none.
+	PreviousSecretUntil time.Time
 	// SecretSet reports that a secret is stored (List never returns it).
 	SecretSet bool
 	// SecretEncrypted reports that the stored secret is encrypted at rest.
@@ -79,8 +93,12 @@ type Partner struct {
 // String describes p without its secret and with its URL redacted (no
 // query or user info, which may hold a token).
 func (p Partner) String() string {
-	return fmt.Sprintf("partner %s/%s url=%s enabled=%v timeout=%s max_request_bytes=%d ops=%v secret=%s",
-		p.Tenant, p.Name, redactURL(p.URL), p.Enabled, p.Timeout, p.MaxRequestBytes, p.Ops, map[bool]string{true: "set", false: "unset"}[p.SecretSet || len(p.Secret) > 0])
+	s := fmt.Sprintf("partner %s/%s url=%s enabled=%v timeout=%s max_request_bytes=%d ops=%v signing=%s secret=%s",
+		p.Tenant, p.Name, redactURL(p.URL), p.Enabled, p.Timeout, p.MaxRequestBytes, p.Ops, p.Signing, map[bool]string{true: "set", false: "unset"}[p.SecretSet || len(p.Secret) > 0])
+	if !p.PreviousSecretUntil.IsZero() {
+		s += " previous_secret_until=" + p.PreviousSecretUntil.UTC().Format(time.RFC3339)
+	}
+	return s
 }
 
 // Format prints String for every verb, so %v, %+v and %#v never show the
@@ -99,8 +117,18 @@ func (p *Partner) Dest() string { return tenancy.DestB2BPrefix + p.Name }
 // wants reports whether the partner takes events with op.
 func (p *Partner) wants(op events.Op) bool { return p.Ops == nil || slices.Contains(p.Ops, op) }
 
-// withDefaults fills zero Timeout and MaxRequestBytes.
+// secrets returns the secrets that sign a request at now: Secret, then
+// PreviousSecret until PreviousSecretUntil.
+func (p *Partner) secrets(now time.Time) [][]byte {
+	if p.PreviousSecret != nil && now.Before(p.PreviousSecretUntil) {
+		return [][]byte{p.Secret, p.PreviousSecret}
+	}
+	return [][]byte{p.Secret}
+}
+
+// withDefaults fills zero Signing, Timeout and MaxRequestBytes.
 func (p Partner) withDefaults() Partner {
+	p.Signing = cmp.Or(p.Signing, SigningDefault)
 	p.Timeout = cmp.Or(p.Timeout, TimeoutDefault)
 	p.MaxRequestBytes = cmp.Or(p.MaxRequestBytes, MaxRequestBytesDefault)
 	return p
@@ -117,8 +145,11 @@ func (p *Partner) validate(allowHTTP bool) error {
 	if err := validURL(p.URL, allowHTTP); err != nil {
 		return err
 	}
-	if len(p.Secret) < SecretMinBytes {
-		return fmt.Errorf("%w: secret is %d bytes, want at least %d", ErrInvalidPartner, len(p.Secret), SecretMinBytes)
+	if _, err := ParseSigning(string(p.Signing)); err != nil {
+		return err
+	}
+	if n := p.Signing.secretMinBytes(); len(p.Secret) < n {
+		return fmt.Errorf("%w: secret is %d bytes, want at least %d for %s signing", ErrInvalidPartner, len(p.Secret), n, p.Signing)
 	}
 	if p.Timeout < TimeoutMin || p.Timeout > TimeoutMax {
 		return fmt.Errorf("%w: timeout %s not in [%s, %s]", ErrInvalidPartner, p.Timeout, TimeoutMin, TimeoutMax)

@@ -27,7 +27,7 @@ type RegistryConfig struct {
 }
 
 // Registry holds the B2B partners of every tenant in fairway.partners
-// (migration 00004). It is safe for concurrent use.
+// (migrations 00004 and 00013). It is safe for concurrent use.
 type Registry struct {
 	pool      *pgxpool.Pool
 	box       secretBox
@@ -50,19 +50,20 @@ func NewRegistry(pool *pgxpool.Pool, cfg *RegistryConfig) (*Registry, error) {
 	return &Registry{pool: pool, box: box, allowHTTP: cfg.AllowInsecureHTTP}, nil
 }
 
-const partnerCols = `tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, created_at, updated_at`
+const partnerCols = `tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, created_at, updated_at,
+	signing, previous_secret, previous_secret_until`
 
-// Add registers p (zero Timeout and MaxRequestBytes take their defaults;
-// Enabled is taken as given). It returns the stored partner, without its
-// secret.
+// Add registers p (zero Signing, Timeout and MaxRequestBytes take their
+// defaults; Enabled is taken as given; PreviousSecret is ignored). It
+// returns the stored partner, without its secret.
 func (r *Registry) Add(ctx context.Context, p Partner) (Partner, error) {
 	p = p.withDefaults()
 	if err := p.validate(r.allowHTTP); err != nil {
 		return Partner{}, err
 	}
-	row := r.pool.QueryRow(ctx, `INSERT INTO fairway.partners (tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+partnerCols,
-		p.Tenant, p.Name, p.URL, r.box.seal(p.Tenant, p.Name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops))
+	row := r.pool.QueryRow(ctx, `INSERT INTO fairway.partners (tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, signing)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+partnerCols,
+		p.Tenant, p.Name, p.URL, r.box.seal(p.Tenant, p.Name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing)
 	out, err := r.scan(row, false)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -81,8 +82,12 @@ func (r *Registry) Add(ctx context.Context, p Partner) (Partner, error) {
 
 // Update is a change to a partner: nil fields stay as they are.
 type Update struct {
-	URL             *string
-	Secret          Secret // nil: keep
+	URL *string
+	// Secret replaces the secret at once (RotateSecret keeps the old one
+	// signing for a while); nil keeps it.
+	Secret Secret
+	// Signing changes the scheme; the secret stays (see WebhookSecret).
+	Signing         *Signing
 	Enabled         *bool
 	Timeout         *time.Duration
 	MaxRequestBytes *int
@@ -116,16 +121,53 @@ func (r *Registry) Update(ctx context.Context, tenant, name string, u Update) (P
 		if u.Ops != nil {
 			p.Ops = *u.Ops
 		}
+		if u.Signing != nil {
+			p.Signing = *u.Signing
+		}
 		if err := p.validate(r.allowHTTP); err != nil {
 			return err
 		}
 		out, err = r.scan(tx.QueryRow(ctx, `UPDATE fairway.partners SET url = $3, secret = $4, enabled = $5, timeout_ms = $6,
-			max_request_bytes = $7, ops = $8, updated_at = now() WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols,
-			tenant, name, p.URL, r.box.seal(tenant, name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops)), false)
+			max_request_bytes = $7, ops = $8, signing = $9, updated_at = now() WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols,
+			tenant, name, p.URL, r.box.seal(tenant, name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing), false)
 		return err
 	})
 	if err != nil {
 		return Partner{}, r.wrap("update", tenant, name, err)
+	}
+	return out, nil
+}
+
+// RotateSecret makes secret the partner's secret. The secret it replaces
+// becomes the previous secret and signs every request as well until
+// until, so that the partner can move its verifier to the new secret in
+// the meantime; a zero until drops it at once. It returns the partner
+// without its secrets.
+func (r *Registry) RotateSecret(ctx context.Context, tenant, name string, secret Secret, until time.Time) (Partner, error) {
+	var out Partner
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		p, err := r.scan(tx.QueryRow(ctx, `SELECT `+partnerCols+` FROM fairway.partners WHERE tenant_id = $1 AND partner = $2 FOR UPDATE`, tenant, name), false)
+		if err != nil {
+			return err
+		}
+		p.Secret = secret
+		if err := p.validate(r.allowHTTP); err != nil {
+			return err
+		}
+		var untilArg *time.Time
+		if !until.IsZero() {
+			untilArg = &until
+		}
+		// The stored secret moves as it is: sealed or not, it is bound to
+		// the same tenant and partner.
+		out, err = r.scan(tx.QueryRow(ctx, `UPDATE fairway.partners SET secret = $3,
+			previous_secret = CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE secret END, previous_secret_until = $4,
+			updated_at = now() WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols,
+			tenant, name, r.box.seal(tenant, name, secret), untilArg), false)
+		return err
+	})
+	if err != nil {
+		return Partner{}, r.wrap("rotate the secret of", tenant, name, err)
 	}
 	return out, nil
 }
@@ -148,7 +190,7 @@ func (r *Registry) Remove(ctx context.Context, tenant, name string) error {
 	return r.wrap("remove", tenant, name, err)
 }
 
-// Get returns one partner with its secret (decrypted); ErrUnknownPartner
+// Get returns one partner with its secrets (decrypted); ErrUnknownPartner
 // when it is not registered.
 func (r *Registry) Get(ctx context.Context, tenant, name string) (Partner, error) {
 	p, err := r.scan(r.pool.QueryRow(ctx, `SELECT `+partnerCols+` FROM fairway.partners WHERE tenant_id = $1 AND partner = $2`, tenant, name), true)
@@ -193,15 +235,25 @@ func (r *Registry) wrap(op, tenant, name string, err error) error {
 	return fmt.Errorf("b2b: %s partner %s/%s: %w", op, tenant, name, err)
 }
 
-// scan reads one row of partnerCols; withSecret decrypts the secret, else
-// only SecretSet and SecretEncrypted are filled.
+// scan reads one row of partnerCols; withSecret decrypts the secrets,
+// else only SecretSet and SecretEncrypted are filled.
 func (r *Registry) scan(row pgx.Row, withSecret bool) (Partner, error) {
 	var p Partner
-	var stored []byte
+	var stored, previous []byte
 	var timeoutMS int64
 	var ops []string
-	if err := row.Scan(&p.Tenant, &p.Name, &p.URL, &stored, &p.Enabled, &timeoutMS, &p.MaxRequestBytes, &ops, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	var signing string
+	var previousUntil *time.Time
+	if err := row.Scan(&p.Tenant, &p.Name, &p.URL, &stored, &p.Enabled, &timeoutMS, &p.MaxRequestBytes, &ops, &p.CreatedAt, &p.UpdatedAt,
+		&signing, &previous, &previousUntil); err != nil {
 		return Partner{}, err
+	}
+	var err error
+	if p.Signing, err = ParseSigning(signing); err != nil {
+		return Partner{}, err
+	}
+	if previousUntil != nil {
+		p.PreviousSecretUntil = *previousUntil
 	}
 	p.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	if ops != nil {
@@ -213,11 +265,14 @@ func (r *Registry) scan(row pgx.Row, withSecret bool) (Partner, error) {
 	p.SecretSet = len(stored) > 1
 	p.SecretEncrypted = len(stored) > 0 && stored[0] == secretAESGCM
 	if withSecret {
-		s, _, err := r.box.open(p.Tenant, p.Name, stored)
-		if err != nil {
+		if p.Secret, _, err = r.box.open(p.Tenant, p.Name, stored); err != nil {
 			return Partner{}, err
 		}
-		p.Secret = s
+		if previous != nil {
+			if p.PreviousSecret, _, err = r.box.open(p.Tenant, p.Name, previous); err != nil {
+				return Partner{}, err
+			}
+		}
 	}
 	return p, nil
 }

@@ -23,7 +23,7 @@ func TestRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Timeout != b2b.TimeoutDefault || p.MaxRequestBytes != b2b.MaxRequestBytesDefault || p.Secret != nil || !p.SecretSet || p.SecretEncrypted {
+	if p.Timeout != b2b.TimeoutDefault || p.MaxRequestBytes != b2b.MaxRequestBytesDefault || p.Signing != b2b.SigningStandard || p.Secret != nil || !p.SecretSet || p.SecretEncrypted {
 		t.Fatalf("Add = %+v", p)
 	}
 	if _, err := e.reg.Add(c, b2b.Partner{Tenant: "acme", Name: "shop-1", URL: "https://x.example", Secret: b2b.Secret(testSecret)}); !errors.Is(err, b2b.ErrPartnerExists) {
@@ -32,7 +32,7 @@ func TestRegistry(t *testing.T) {
 	if _, err := e.reg.Add(c, b2b.Partner{Tenant: "nobody", Name: "shop-1", URL: "https://x.example", Secret: b2b.Secret(testSecret)}); !errors.Is(err, b2b.ErrUnknownTenant) {
 		t.Fatalf("Add for an unknown tenant = %v, want ErrUnknownTenant", err)
 	}
-	if _, err := e.reg.Add(c, b2b.Partner{Tenant: "beta", Name: "shop-1", URL: "https://beta.example/h", Secret: b2b.Secret("beta-secret-0123456789"), Timeout: time.Second, MaxRequestBytes: 4096}); err != nil {
+	if _, err := e.reg.Add(c, b2b.Partner{Tenant: "beta", Name: "shop-1", URL: "https://beta.example/h", Secret: b2b.Secret("beta-secret-0123456789"), Signing: b2b.SigningFairway, Timeout: time.Second, MaxRequestBytes: 4096}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.reg.Get(c, "acme", "shop-1")
@@ -48,7 +48,7 @@ func TestRegistry(t *testing.T) {
 			t.Fatalf("List returned a secret or lost SecretSet: %v", p)
 		}
 	}
-	if l, _ := e.reg.List(c, "beta"); len(l) != 1 || l[0].Timeout != time.Second || l[0].MaxRequestBytes != 4096 || l[0].Enabled {
+	if l, _ := e.reg.List(c, "beta"); len(l) != 1 || l[0].Timeout != time.Second || l[0].MaxRequestBytes != 4096 || l[0].Enabled || l[0].Signing != b2b.SigningFairway {
 		t.Fatalf("List(beta) = %v", l)
 	}
 	url, tmo, all2 := "https://new.example/hook", 3*time.Second, []events.Op(nil)
@@ -58,6 +58,22 @@ func TestRegistry(t *testing.T) {
 	}
 	if got, _ := e.reg.Get(c, "acme", "shop-1"); string(got.Secret) != "rotated-secret-0123456789" {
 		t.Fatal("Update did not rotate the secret")
+	}
+	// A fairway secret of 22 bytes is too short for Standard Webhooks: the
+	// switch is refused and nothing changes.
+	standard, fairway := b2b.SigningStandard, b2b.SigningFairway
+	if _, err := e.reg.Update(c, "beta", "shop-1", b2b.Update{Signing: &standard}); !errors.Is(err, b2b.ErrInvalidPartner) {
+		t.Fatalf("Update beta to standard signing = %v, want ErrInvalidPartner (short secret)", err)
+	}
+	if up, err := e.reg.Update(c, "acme", "shop-1", b2b.Update{Signing: &fairway}); err != nil || up.Signing != fairway {
+		t.Fatalf("Update to fairway signing = %v, %v", up, err)
+	}
+	if got, _ := e.reg.Get(c, "acme", "shop-1"); got.Signing != fairway || string(got.Secret) != "rotated-secret-0123456789" {
+		t.Fatalf("after Update to fairway signing: %v", got)
+	}
+	bad := b2b.Signing("svix")
+	if _, err := e.reg.Update(c, "acme", "shop-1", b2b.Update{Signing: &bad}); !errors.Is(err, b2b.ErrInvalidPartner) {
+		t.Fatalf("Update to signing svix = %v, want ErrInvalidPartner", err)
 	}
 	if names, err := e.reg.Partners(c, "acme"); err != nil || len(names) != 1 || names[0] != "shop-1" {
 		t.Fatalf("Partners(acme) = %v, %v", names, err)
@@ -119,6 +135,9 @@ func TestRegistryValidation(t *testing.T) {
 		{"NoHost", func(p *b2b.Partner) { p.URL = "https:///hook" }},
 		{"Relative", func(p *b2b.Partner) { p.URL = "/hook" }},
 		{"ShortSecret", func(p *b2b.Partner) { p.Secret = b2b.Secret("short") }},
+		{"ShortFairwaySecret", func(p *b2b.Partner) { p.Signing, p.Secret = b2b.SigningFairway, b2b.Secret("fifteen-bytes!!") }},
+		{"ShortStandardSecret", func(p *b2b.Partner) { p.Secret = b2b.Secret("twenty-three-bytes-long") }},
+		{"UnknownSigning", func(p *b2b.Partner) { p.Signing = "svix" }},
 		{"TimeoutLow", func(p *b2b.Partner) { p.Timeout = time.Millisecond }},
 		{"TimeoutHigh", func(p *b2b.Partner) { p.Timeout = time.Hour }},
 		{"MaxLow", func(p *b2b.Partner) { p.MaxRequestBytes = 10 }},
@@ -138,6 +157,12 @@ func TestRegistryValidation(t *testing.T) {
 	if _, err := strict.Add(ctx(t), ok); err != nil {
 		t.Fatalf("valid partner: %v", err)
 	}
+	// A fairway secret may be shorter than a standard one.
+	fw := ok
+	fw.Name, fw.Signing, fw.Secret = "p-fairway", b2b.SigningFairway, b2b.Secret("sixteen-bytes!!!")
+	if _, err := strict.Add(ctx(t), fw); err != nil {
+		t.Fatalf("16-byte secret, fairway signing: %v", err)
+	}
 	// With AllowInsecureHTTP, http is fine.
 	ok.Name, ok.URL = "p2", "http://127.0.0.1:8080/hook"
 	if _, err := e.reg.Add(ctx(t), ok); err != nil {
@@ -149,12 +174,7 @@ func TestSecretEncryptionAtRest(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.tenants(t, "acme")
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	enc, err := b2b.NewRegistry(e.pool, &b2b.RegistryConfig{SecretKey: key, AllowInsecureHTTP: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	enc := e.encrypted(t)
 	p, err := enc.Add(ctx(t), b2b.Partner{Tenant: "acme", Name: "p1", URL: "https://x.example", Secret: b2b.Secret(testSecret)})
 	if err != nil || !p.SecretEncrypted {
 		t.Fatalf("Add = %v, %v; want SecretEncrypted", p, err)
@@ -185,8 +205,8 @@ func TestSecretEncryptionAtRest(t *testing.T) {
 		}
 	}
 	// A row copied to another partner does not decrypt (bound to its key).
-	if _, err := e.pool.Exec(ctx(t), `INSERT INTO fairway.partners (tenant_id, partner, url, secret, timeout_ms, max_request_bytes)
-		SELECT tenant_id, 'p2', url, secret, timeout_ms, max_request_bytes FROM fairway.partners WHERE partner = 'p1'`); err != nil {
+	if _, err := e.pool.Exec(ctx(t), `INSERT INTO fairway.partners (tenant_id, partner, url, secret, timeout_ms, max_request_bytes, signing)
+		SELECT tenant_id, 'p2', url, secret, timeout_ms, max_request_bytes, signing FROM fairway.partners WHERE partner = 'p1'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := enc.Get(ctx(t), "acme", "p2"); !errors.Is(err, b2b.ErrSecretKey) {
@@ -221,5 +241,53 @@ func TestParseSecretKey(t *testing.T) {
 	}
 	if _, err := b2b.NewRegistry(nil, nil); !errors.Is(err, b2b.ErrConfig) {
 		t.Errorf("NewRegistry(nil) = %v", err)
+	}
+}
+
+func TestRotateSecret(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.tenants(t, "acme")
+	enc := e.encrypted(t)
+	c := ctx(t)
+	first, second, third := b2b.GenerateSecret(), b2b.GenerateSecret(), b2b.GenerateSecret()
+	if _, err := enc.Add(c, b2b.Partner{Tenant: "acme", Name: "p1", URL: "https://x.example", Secret: first}); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	p, err := enc.RotateSecret(c, "acme", "p1", second, until)
+	if err != nil || p.Secret != nil || p.PreviousSecret != nil || !p.PreviousSecretUntil.Equal(until) {
+		t.Fatalf("RotateSecret = %v, %v; want no secrets and until %s", p, err, until)
+	}
+	got, err := enc.Get(c, "acme", "p1")
+	if err != nil || !bytes.Equal(got.Secret, second) || !bytes.Equal(got.PreviousSecret, first) || !got.PreviousSecretUntil.Equal(until) {
+		t.Fatalf("Get after RotateSecret = %v, %v; want the new secret, the old one as previous", got, err)
+	}
+	var raw []byte
+	if err := e.pool.QueryRow(c, `SELECT previous_secret FROM fairway.partners WHERE partner = 'p1'`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, first) {
+		t.Fatal("the previous secret is stored in clear with a key set")
+	}
+	if l, err := enc.List(c, "acme"); err != nil || l[0].PreviousSecret != nil || !l[0].PreviousSecretUntil.Equal(until) {
+		t.Fatalf("List = %v, %v; want the overlap without the secret", l, err)
+	}
+	// A rotation without overlap drops the previous secret at once.
+	if _, err := enc.RotateSecret(c, "acme", "p1", third, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := enc.Get(c, "acme", "p1"); err != nil || !bytes.Equal(got.Secret, third) || got.PreviousSecret != nil || !got.PreviousSecretUntil.IsZero() {
+		t.Fatalf("Get after RotateSecret without overlap = %v, %v", got, err)
+	}
+	// A secret the scheme refuses changes nothing.
+	if _, err := enc.RotateSecret(c, "acme", "p1", b2b.Secret("too-short"), until); !errors.Is(err, b2b.ErrInvalidPartner) {
+		t.Fatalf("RotateSecret to a short secret = %v, want ErrInvalidPartner", err)
+	}
+	if _, err := enc.RotateSecret(c, "acme", "nope", second, until); !errors.Is(err, b2b.ErrUnknownPartner) {
+		t.Fatalf("RotateSecret of an unknown partner = %v, want ErrUnknownPartner", err)
+	}
+	if got, _ := enc.Get(c, "acme", "p1"); !bytes.Equal(got.Secret, third) || got.PreviousSecret != nil {
+		t.Fatalf("a refused rotation changed the partner: %v", got)
 	}
 }

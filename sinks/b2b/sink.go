@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -408,9 +407,7 @@ func (s *Sink) send(ctx context.Context, p *Partner, body []byte, key string) er
 	now := s.cfg.Clock()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", s.cfg.UserAgent)
-	req.Header.Set(HeaderIdempotencyKey, key)
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set(HeaderSignature, Sign(p.Secret, now, body))
+	p.Signing.Sign(req.Header, key, now, body, p.secrets(now)...)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {

@@ -488,11 +488,11 @@ func TestRequestHeadersAndIdempotency(t *testing.T) {
 			t.Errorf("request %d: Content-Type %q", i, got)
 		}
 	}
-	k0, k1 := reqs[0].Header.Get(b2b.HeaderIdempotencyKey), reqs[1].Header.Get(b2b.HeaderIdempotencyKey)
+	k0, k1 := reqs[0].Header.Get(b2b.HeaderWebhookID), reqs[1].Header.Get(b2b.HeaderWebhookID)
 	if k0 == "" || k0 != k1 {
-		t.Fatalf("Idempotency-Key %q then %q, want one stable key", k0, k1)
+		t.Fatalf("webhook-id %q then %q, want one stable key", k0, k1)
 	}
-	if reqs[0].Header.Get(b2b.HeaderTimestamp) == reqs[1].Header.Get(b2b.HeaderTimestamp) {
+	if reqs[0].Header.Get(b2b.HeaderWebhookTimestamp) == reqs[1].Header.Get(b2b.HeaderWebhookTimestamp) {
 		t.Fatalf("both requests signed at the same time")
 	}
 	if !bytes.Equal(reqs[0].Body, reqs[1].Body) {
@@ -507,7 +507,7 @@ func TestRequestHeadersAndIdempotency(t *testing.T) {
 	}
 	// Other events, other key.
 	mustApply(t, s, sinktest.Records(sinktest.Upsert("acme", "p3", 1)))
-	if k := rcv.Requests()[2].Header.Get(b2b.HeaderIdempotencyKey); k == k0 {
+	if k := rcv.Requests()[2].Header.Get(b2b.HeaderWebhookID); k == k0 {
 		t.Fatalf("a different batch reused key %q", k)
 	}
 	// A partner with another secret refuses the signature: permanent.
@@ -610,7 +610,7 @@ func TestTLS(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if b2b.Verify([]byte(testSecret), r.Header, must(io.ReadAll(r.Body)), e.clock.Now(), time.Minute) != nil {
+		if b2b.SigningDefault.Verify([]byte(testSecret), r.Header, must(io.ReadAll(r.Body)), e.clock.Now(), time.Minute) != nil {
 			w.WriteHeader(401)
 		}
 	}))

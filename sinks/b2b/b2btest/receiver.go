@@ -7,6 +7,7 @@ package b2btest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -59,19 +60,25 @@ type Request struct {
 	Body   []byte
 	// Status is the status answered (0 for Reset and Garbage).
 	Status int
-	// SignatureErr is the result of b2b.Verify.
+	// SignatureErr is the result of Options.Signing.Verify.
 	SignatureErr error
 }
 
 // Options configure a Receiver.
 type Options struct {
-	// Secret verifies the signatures. Requests that fail verification are
-	// answered 401.
+	// Signing is the scheme the receiver verifies and takes the
+	// idempotency key from. Default b2b.SigningDefault, the scheme of a
+	// partner registered without one.
+	Signing b2b.Signing
+	// Secret verifies the signatures (for b2b.SigningStandard, the key:
+	// the bytes after "whsec_", base64-decoded). Requests that fail
+	// verification are answered 401.
 	Secret []byte
 	// Clock is the receiver's clock for signature timestamps. Default
 	// time.Now.
 	Clock func() time.Time
-	// Tolerance for b2b.Verify. Default b2b.VerifyToleranceDefault.
+	// Tolerance for the signature timestamp. Default
+	// b2b.VerifyToleranceDefault.
 	Tolerance time.Duration
 	// Reject returns true for events answered with 422 (poison). Default:
 	// events whose payload has a top-level "poison" key.
@@ -116,6 +123,7 @@ func New(t TB, opts Options) *Receiver {
 
 // Start starts a receiver on a loopback port; Close stops it.
 func Start(opts Options) *Receiver {
+	opts.Signing = cmp.Or(opts.Signing, b2b.SigningDefault)
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
@@ -251,7 +259,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if r.opts.KeepRequests {
 		rec.Body = body
 	}
-	rec.SignatureErr = b2b.Verify(r.opts.Secret, req.Header, body, r.opts.Clock(), r.opts.Tolerance)
+	rec.SignatureErr = r.opts.Signing.Verify(r.opts.Secret, req.Header, body, r.opts.Clock(), r.opts.Tolerance)
 	if fail {
 		r.fail(w, req, rec, f)
 		return
@@ -263,8 +271,9 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		r.answer(w, rec, http.StatusUnauthorized, fmt.Sprintf(`{"error":%q}`, rec.SignatureErr.Error()))
 		return
 	}
-	if req.Header.Get(b2b.HeaderIdempotencyKey) == "" {
-		r.answer(w, rec, http.StatusBadRequest, `{"error":"no Idempotency-Key"}`)
+	key := r.opts.Signing.IdempotencyKey(req.Header)
+	if key == "" {
+		r.answer(w, rec, http.StatusBadRequest, `{"error":"no idempotency key"}`)
 		return
 	}
 	var b b2b.Body
@@ -288,7 +297,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	r.accepted += len(b.Events)
-	r.keys[req.Header.Get(b2b.HeaderIdempotencyKey)]++
+	r.keys[key]++
 	r.mu.Unlock()
 	r.answer(w, rec, http.StatusOK, fmt.Sprintf(`{"accepted":%d}`, len(b.Events)))
 }
