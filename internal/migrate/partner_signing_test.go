@@ -9,18 +9,18 @@ import (
 	"github.com/fairwayhq/fairway/sinks/b2b"
 )
 
-// Migration 00013 gives partners a signing scheme: those that exist keep
+// Migration 00014 gives partners a signing scheme: those that exist keep
 // fairway's own, which they verify today, with their secret as it was;
 // partners added afterwards get the default, Standard Webhooks.
 func TestExistingPartnersKeepFairwaySigning(t *testing.T) {
 	t.Parallel()
 	pool, dsn := testenv.NewPool(t)
 	ctx := context.Background()
-	if err := migrate.UpTo(ctx, dsn, 12); err != nil {
+	if err := migrate.UpTo(ctx, dsn, 13); err != nil {
 		t.Fatal(err)
 	}
 	const secret = "a-raw-secret-of-an-existing-partner"
-	// The row as the registry wrote it before 00013: secret is 0x00 || secret.
+	// The row as the registry wrote it before 00014: secret is 0x00 || secret.
 	if _, err := pool.Exec(ctx, `INSERT INTO fairway.tenants (id) VALUES ('acme');
 		INSERT INTO fairway.partners (tenant_id, partner, url, secret, timeout_ms, max_request_bytes)
 		VALUES ('acme', 'erp', 'https://erp.example/hook', '\x00'::bytea || convert_to('`+secret+`', 'UTF8'), 10000, 1048576)`); err != nil {
