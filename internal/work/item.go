@@ -60,6 +60,13 @@ type Item struct {
 	// event of the item; the sink then reads the events' bodies without
 	// their headers (docs/sinks.md, "Reading without headers").
 	Times *Times `json:"times,omitempty"`
+	// Bodies, when set, are the item's events themselves, Count of them
+	// in sequence order, FromSeq first and ToSeq last: the dispatcher
+	// carries the events its doorbell delivered, so the sink applies them
+	// without reading PRODUCTS. Seqs and Times are then empty (the bodies
+	// carry both). Nil: the sink reads the events from PRODUCTS. Bodies go
+	// on the wire in the binary form of wire_bodies.go, never as JSON.
+	Bodies []Body `json:"-"`
 }
 
 // Times are the store times of an item's events to the millisecond:
@@ -126,6 +133,9 @@ func (it Item) Validate() error {
 	if it.Times != nil && len(it.Times.OffsetsMs) != it.Count {
 		errs = append(errs, fmt.Sprintf("times list %d events, count is %d", len(it.Times.OffsetsMs), it.Count))
 	}
+	if it.Bodies != nil {
+		errs = append(errs, it.bodiesProblems()...)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidItem, strings.Join(errs, "; "))
 	}
@@ -166,12 +176,21 @@ func (it Item) MsgID() string {
 	return fmt.Sprintf("%s/%d-%d", it.LeaseID, it.FromSeq, it.ToSeq)
 }
 
-// Msg returns the message that hands it off.
+// Msg returns the message that hands it off: JSON, or the binary form
+// when it carries bodies (body.go).
 func (it Item) Msg() (*nats.Msg, error) {
 	if err := it.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(it.wire())
+	var (
+		b   []byte
+		err error
+	)
+	if it.Bodies != nil {
+		b, err = it.appendBodies(nil)
+	} else {
+		b, err = json.Marshal(it.wire())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -181,8 +200,13 @@ func (it Item) Msg() (*nats.Msg, error) {
 	return m, nil
 }
 
-// Decode reads an Item from a WORK message body and validates it.
+// Decode reads an Item from a WORK message body, in either form (JSON,
+// or binary with bodies: its first byte), and validates it. The Data of
+// its Bodies alias data: data must not change while they are used.
 func Decode(data []byte) (Item, error) {
+	if len(data) > 0 && data[0] == wireBodies {
+		return decodeBodies(data)
+	}
 	var w wireItem
 	if err := json.Unmarshal(data, &w); err != nil {
 		return Item{}, fmt.Errorf("%w: %v", ErrInvalidItem, err)
