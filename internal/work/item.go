@@ -168,6 +168,10 @@ func Subject(dest, tenant string) string {
 // FilterSubject is the WORK subject filter of one destination's consumer.
 func FilterSubject(dest string) string { return SubjectPrefix + "." + dest + ".>" }
 
+// ConsumerName is the durable consumer on WORK that every sink process of
+// dest shares (a ':' is not allowed in a consumer name).
+func ConsumerName(dest string) string { return "sink-" + strings.ReplaceAll(dest, ":", "-") }
+
 // MsgID makes a re-sent item a duplicate and a replayed range new work.
 // It is the range under the lease: the lease id names the slot and its
 // fencing token, and a token alone is not unique (each slot of a pair

@@ -126,7 +126,7 @@ func (c *Config) WithDefaults(dest string) *Config {
 	}
 	out := *c
 	out.Dest = cmp.Or(out.Dest, dest)
-	out.Consumer = cmp.Or(out.Consumer, "sink-"+strings.ReplaceAll(out.Dest, ":", "-"))
+	out.Consumer = cmp.Or(out.Consumer, work.ConsumerName(out.Dest))
 	out.WorkStream = cmp.Or(out.WorkStream, work.StreamName)
 	out.ProductsStream = cmp.Or(out.ProductsStream, events.StreamName)
 	out.DLQStream = cmp.Or(out.DLQStream, dlq.StreamName)
