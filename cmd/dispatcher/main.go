@@ -79,7 +79,8 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 		return nil
 	})
 	fs.Int64Var(&c.Dispatch.Quantum, "quantum", 0, "events a weight-1 tenant earns per round (default: the destination's batch size)")
-	fs.Int64Var(&c.Dispatch.Backfill, "backfill", dispatch.BackfillDefault, "most stream sequences replayed (headers only) at start to index the existing backlog; negative: none")
+	fs.Int64Var(&c.Dispatch.Backfill, "backfill", dispatch.BackfillDefault, "most stream sequences replayed at start to index the existing backlog; negative: none")
+	fs.Int64Var(&c.Dispatch.BodyBudget, "body-budget", dispatch.BodyBudgetDefault, "bytes of event bodies held for work items to carry to the sinks (which then do not read PRODUCTS for them); negative: none")
 	fs.IntVar(&c.Dispatch.GrantBatches, "grant-batches", dispatch.GrantBatchesDefault, "most batches one grant dispatches in one read, one SQL statement and one publish round")
 	fs.IntVar(&c.Dispatch.ReplayRate, "replay-rate", dispatch.ReplayRateDefault, "events per second a replaying tenant is dispatched at per destination, unless its replay set a rate (fairway replay --rate); negative: unthrottled")
 	fs.IntVar(&c.Dispatch.ReplayBatch, "replay-batch", dispatch.ReplayBatchDefault, "most events per replayed work item (at most --batch-size)")

@@ -27,6 +27,7 @@ const (
 	RetryDelayDefault      = time.Second
 	ScanParallelismDefault = 16
 	BackfillDefault        = 2_000_000
+	BodyBudgetDefault      = 128 << 20
 	ReplayRateDefault      = 2_500
 	ReplayBatchDefault     = 100
 	ReplayLookaheadDefault = 1_000
@@ -132,6 +133,21 @@ type Config struct {
 	// read. Negative: no backfill. Default 2,000,000.
 	Backfill int64
 
+	// DeepWork turns off the work window (work_window.go), which keeps
+	// what waits in WORK for a destination to about what its sinks take
+	// at once, so that the order of grants is the order of application.
+	// Set, the dispatcher publishes as far as slots allow. Default false.
+	DeepWork bool
+
+	// BodyBudget bounds the bytes of event bodies the dispatcher holds
+	// between the doorbell delivering them and the grants that dispatch
+	// them: their work items carry them (work.Item.Bodies), so the sinks
+	// do not read PRODUCTS for them. Events past the budget are indexed
+	// without their bodies, and their items are read from PRODUCTS as
+	// before. Each event counts its data plus about 160 bytes. Negative:
+	// no bodies are held. Default 128 MiB.
+	BodyBudget int64
+
 	// ReplayRate is how many events per second a replaying (tenant,
 	// destination) is dispatched at, when its replay did not set a rate
 	// (tenancy.Rewind.Rate). A replay is dispatched one batch per grant and
@@ -206,6 +222,7 @@ func (c *Config) WithDefaults() *Config {
 	out.Heartbeat = cmp.Or(c.Heartbeat, HeartbeatDefault)
 	out.ScanParallelism = cmp.Or(c.ScanParallelism, ScanParallelismDefault)
 	out.Backfill = cmp.Or(c.Backfill, BackfillDefault)
+	out.BodyBudget = cmp.Or(c.BodyBudget, BodyBudgetDefault)
 	out.ReplayRate = cmp.Or(c.ReplayRate, ReplayRateDefault)
 	out.ReplayLookahead = cmp.Or(c.ReplayLookahead, ReplayLookaheadDefault)
 	out.ReplayBatch = min(cmp.Or(c.ReplayBatch, ReplayBatchDefault), out.BatchSize)

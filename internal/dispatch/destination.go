@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -24,6 +25,7 @@ type destination struct {
 	size  int // the most events one work item covers (Config.batchSize)
 	sched *scheduler.Scheduler
 	wake  chan struct{}
+	win   *workWindow // nil: WORK is not kept shallow (Config.WorkWindow)
 
 	started bool // guarded by d.mu
 
@@ -93,7 +95,11 @@ type tenantState struct {
 }
 
 func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
-	return &destination{d: d, name: name, size: d.cfg.batchSize(name), sched: sched, wake: make(chan struct{}, 1), tenants: map[string]*tenantState{}}
+	x := &destination{d: d, name: name, size: d.cfg.batchSize(name), sched: sched, wake: make(chan struct{}, 1), tenants: map[string]*tenantState{}}
+	if !d.cfg.DeepWork {
+		x.win = newWorkWindow(d.js, name, d.cfg.GrantBatches)
+	}
+	return x
 }
 
 func (x *destination) key(tenant string) scheduler.Key {
@@ -141,9 +147,14 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 			default:
 				goto wait
 			}
+			if !x.win.reserve() { // WORK holds enough: wait for the sinks
+				<-sem
+				goto wait
+			}
 			g, ok := x.sched.Next()
 			if !ok {
 				<-sem
+				x.win.settle(0)
 				break
 			}
 			x.mu.Lock()
@@ -158,7 +169,7 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 					})
 				}
 				defer done()
-				x.dispatch(workCtx, g, done)
+				x.win.settle(x.dispatch(workCtx, g, done))
 			})
 		}
 	wait:
@@ -187,7 +198,7 @@ func (x *destination) gauges(inFlight int) {
 // commit and before a publish leaves a batch lease that nobody extends: it
 // expires, becomes an orphan and is re-dispatched. done may be called more
 // than once; run calls it when dispatch returns in any case.
-func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func()) {
+func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func()) (published int) {
 	d := x.d
 	k := g.Key
 	if h := d.hooks.beforeDispatch; h != nil {
@@ -224,8 +235,10 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 	if ok && !backDone && x.waitForBackfill(k, ts, from, sum(counts)) {
 		return
 	}
+	var bodies [][]work.Body
 	if ok {
 		times = x.indexTimes(ts, ranges, counts)
+		bodies = x.indexBodies(ts, ranges, counts)
 	}
 	// A dense run comes before the replay feed: its times come from a few
 	// direct gets per grant (denseTimes), where the feed's consumer
@@ -351,12 +364,23 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 			x.countDenseTimes(ts, replayUntil, !slices.Contains(times, nil))
 		}
 	}
-	var wg sync.WaitGroup
+	var (
+		wg    sync.WaitGroup
+		items atomic.Int64
+	)
+	defer func() { published = int(items.Load()) }()
 	for i, l := range leases {
 		it := work.Item{
 			Tenant: k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: counts[i], Seqs: lists[i], Times: times[i],
 			LeaseID: l.ID, Token: l.Token, DispatchedAt: now, Replay: l.FromSeq < replayUntil,
 			CaughtUp: i == len(ranges)-1 && itemsCaughtUp,
+		}
+		if bodies != nil && bodies[i] != nil {
+			carrying := it
+			carrying.Bodies, carrying.Seqs, carrying.Times = bodies[i], nil, nil
+			if carrying.EncodedSize() <= d.maxItem {
+				it = carrying
+			}
 		}
 		if it.Replay {
 			d.m.replayed.WithLabelValues(x.name).Add(float64(it.Count))
@@ -368,6 +392,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 				d.handBack(l)
 				return
 			}
+			items.Add(1)
 			d.m.items.WithLabelValues(x.name).Inc()
 			d.m.events.WithLabelValues(x.name).Add(float64(it.Count))
 		})
@@ -376,6 +401,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 	if !first.IsZero() {
 		d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(first).Seconds())
 	}
+	return
 }
 
 // replayBudget meters a replaying tenant (its cursor below replayUntil):
@@ -497,13 +523,13 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	case cursor >= max(liveFrom, ts.live.floor):
 		// Nothing known: read, in case the doorbell is behind or stopped
 		// (a scan's backlog hint brought the grant).
-		ranges, counts, lists, first, rest = ts.live.take(cursor, n, size)
+		ranges, counts, lists, first, rest = ts.live.takeBytes(cursor, n, size, d.itemBytes)
 		return ranges, counts, lists, first, rest, len(ranges) > 0
 	case backFrom == 0 || cursor < max(backFrom, ts.back.floor):
 		return nil, nil, nil, time.Time{}, 0, false
 	}
 	// cursor is in the backfill's region [backFrom, liveFrom).
-	ranges, counts, lists, first, rest = ts.back.take(cursor, n, size)
+	ranges, counts, lists, first, rest = ts.back.takeBytes(cursor, n, size, d.itemBytes)
 	if len(ranges) > 0 && ts.live.floor == 0 {
 		// What the doorbell delivered comes after the backfill's region
 		// and is still to dispatch, whether or not the backfill is done:
@@ -529,7 +555,7 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	if ts.live.floor != 0 {
 		return nil, nil, nil, time.Time{}, 0, false
 	}
-	ranges, counts, lists, first, rest = ts.live.take(cursor, n, size)
+	ranges, counts, lists, first, rest = ts.live.takeBytes(cursor, n, size, d.itemBytes)
 	return ranges, counts, lists, first, rest, len(ranges) > 0
 }
 
@@ -715,6 +741,22 @@ func (x *destination) indexTimes(ts *tenantState, ranges []tenancy.Range, counts
 	return times
 }
 
+// indexBodies returns, per batch cut from the index, the bodies its
+// events carry to the sink (nil for a batch the index does not hold them
+// all of: that item is read from PRODUCTS). Like indexTimes it runs before
+// the grant ends.
+func (x *destination) indexBodies(ts *tenantState, ranges []tenancy.Range, counts []int) [][]work.Body {
+	out := make([][]work.Body, len(ranges))
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i, r := range ranges {
+		if out[i] = ts.live.bodies(r.From, r.To, counts[i]); out[i] == nil {
+			out[i] = ts.back.bodies(r.From, r.To, counts[i])
+		}
+	}
+	return out
+}
+
 // cutTimes returns the store times of the batches cut reads from msgs
 // (counts[i] messages each, in order).
 func cutTimes(msgs []work.Stored, counts []int) []*work.Times {
@@ -831,11 +873,11 @@ func (x *destination) unblockAll() {
 
 // bell records that tenant has an event at seq, stored at at; backfill
 // says whether the backfill (not the live doorbell) delivered it.
-func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill bool) {
+func (x *destination) bell(tenant string, seq uint64, at time.Time, body *heldBody, backfill bool) {
 	x.mu.Lock()
 	ts := x.state(tenant)
 	if backfill {
-		ts.back.add(seq, at, indexMaxRuns)
+		ts.back.addBody(seq, at, body, indexMaxRuns)
 		switch { // a grant held back for the backfill (waitForBackfill)
 		case ts.backNeed > 1:
 			ts.backNeed--
@@ -843,7 +885,7 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, backfill boo
 			x.endHold(x.key(tenant), ts, ts.hold)
 		}
 	} else {
-		ts.live.add(seq, at, indexMaxRuns)
+		ts.live.addBody(seq, at, body, indexMaxRuns)
 	}
 	ts.bells++
 	if seq > ts.lastSeq {

@@ -243,7 +243,7 @@ func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 }
 
 // startDoorbell starts an ordered, headers-only, ephemeral consumer on
-// products.> from sequence from, whose every message says "tenant has an
+// the whole stream from sequence from, whose every message says "tenant has an
 // event at this sequence". With until 0 it is the doorbell, the one
 // consumer a dispatcher keeps: it follows the stream from the end of the
 // startup scan. Otherwise it is the backfill: it delivers the existing
@@ -252,11 +252,16 @@ func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 // process, whatever the number of tenants, on the doorbell connection
 // (Deps.Doorbell).
 func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jetstream.ConsumeContext, error) {
+	// No subject filter: the stream binds only event subjects
+	// (events.StreamSubjects), and a filter makes the server match every
+	// stored message against every subject of its block, a cost that
+	// grows with the number of tenants (subjectTenant drops anything that
+	// is not an event's subject).
+	// With bodies (BodyBudget): the work items carry them to the sinks.
 	cons, err := d.bellJS.OrderedConsumer(ctx, d.cfg.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.SubjectWildcard},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-		HeadersOnly:    true,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   from,
+		HeadersOnly:   d.cfg.BodyBudget < 0,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: doorbell consumer: %w", err)
@@ -286,8 +291,24 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 				source = "backfill"
 			}
 			d.m.wakeups.WithLabelValues(source).Inc()
-			for _, x := range d.destsOf(ctx, tenant, false) {
-				x.bell(tenant, seq, md.Timestamp, backfill)
+			// The body is held for the destinations this dispatcher
+			// dispatches the tenant to; another dispatcher's pairs only
+			// learn the sequence, in case they move here.
+			dests := d.destsOf(ctx, tenant, false)
+			owned := make([]bool, len(dests))
+			n := 0
+			for i, x := range dests {
+				if owned[i] = d.owns(tenant, x.name); owned[i] {
+					n++
+				}
+			}
+			body := d.bodies.hold(m.Data(), subjectOp(m.Subject(), tenant), n)
+			for i, x := range dests {
+				b := body
+				if !owned[i] {
+					b = nil
+				}
+				x.bell(tenant, seq, md.Timestamp, b, backfill)
 			}
 			if h := d.hooks.onBell; h != nil && !backfill {
 				h(tenant, seq)

@@ -86,6 +86,15 @@ type Dispatcher struct {
 	// members is the last heartbeat's view of the dispatchers alive
 	// (members.go); nil before the first.
 	members atomic.Pointer[membership]
+
+	// bodies bounds the event bodies the index holds for work items to
+	// carry (carried_body.go); itemBytes is the most body bytes one item
+	// is cut to carry, and maxItem the most bytes an item may take: the
+	// server's max payload, less room for its headers. An item that would
+	// take more goes without its bodies.
+	bodies    *bodyBudget
+	itemBytes int
+	maxItem   int
 }
 
 // hooks let tests stop the dispatcher at exact points. All optional.
@@ -134,6 +143,9 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 		tenantDests: map[string][]string{},
 		recoverKick: make(chan struct{}, 1),
 		beatKick:    make(chan struct{}, 1),
+		bodies:      &bodyBudget{max: c.BodyBudget},
+		maxItem:     int(deps.NATS.MaxPayload()) - 512,
+		itemBytes:   max(int(deps.NATS.MaxPayload())-work.ItemOverhead, work.ItemOverhead),
 	}
 	for _, name := range c.Dests {
 		if _, err := d.destination(name); err != nil {
@@ -218,6 +230,18 @@ func (d *Dispatcher) startLoop(x *destination) {
 	}
 	x.started = true
 	d.loops.Go(func() { x.run(d.loopCtx, d.workCtx) })
+	if x.win != nil {
+		d.loops.Go(func() {
+			var logged bool
+			x.win.run(d.loopCtx, x.kick, func(err error) {
+				d.m.errors.WithLabelValues(x.name, "work window").Inc()
+				if !logged {
+					logged = true
+					d.log.Warn("cannot read the sinks' consumer on WORK; what waits there is not bounded", "dest", x.name, "err", err)
+				}
+			})
+		})
+	}
 }
 
 // destination returns the destination named name, creating it (and

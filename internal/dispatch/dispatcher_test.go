@@ -367,22 +367,32 @@ func TestIndexedDispatch(t *testing.T) {
 				}
 			}
 			// Every item, cut from the index or from a read, carries its
-			// events' store times: to the millisecond, never later.
+			// events' store times, to the millisecond, never later; an item
+			// cut from the index carries its events' bodies, with their ops,
+			// exactly as PRODUCTS stores them.
 			rd := work.NewReader(e.nc, "")
+			carried := 0
 			for _, it := range s.snapshot() {
-				if it.Times == nil {
-					t.Fatalf("item %s/%d-%d has no store times", it.Tenant, it.FromSeq, it.ToSeq)
-				}
-				times := it.Times
 				stored, err := rd.ReadItemHeaders(e.ctx, it)
 				if err != nil {
 					t.Fatal(err)
 				}
+				if it.Bodies != nil {
+					carried++
+					checkCarried(t, it, stored)
+					continue
+				}
+				if it.Times == nil {
+					t.Fatalf("item %s/%d-%d has no store times", it.Tenant, it.FromSeq, it.ToSeq)
+				}
 				for i, m := range stored {
-					if at := times.At(i); !at.Equal(time.UnixMilli(m.Time.UnixMilli())) {
+					if at := it.Times.At(i); !at.Equal(time.UnixMilli(m.Time.UnixMilli())) {
 						t.Fatalf("item %s/%d-%d event %d: time %v, stored %v", it.Tenant, it.FromSeq, it.ToSeq, i, at, m.Time)
 					}
 				}
+			}
+			if carried == 0 {
+				t.Error("no item carried its events' bodies")
 			}
 			indexed, read := d.Grants(pg, "index"), d.Grants(pg, "read")
 			t.Logf("grants from the index %.0f, from reads %.0f", indexed, read)
@@ -405,7 +415,8 @@ func TestInterleavedBatchesListed(t *testing.T) {
 	e.tenant("y", 1, 4, pg)
 	seqs := e.interleave(n, []string{"x", "y"}, 1, 1)
 	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
-	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour}, nil)
+	// Without bodies held (BodyBudget), as for a backlog past the budget.
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, BodyBudget: -1}, nil)
 	e.waitFor("both backlogs applied", func() bool { return s.events("x") == n && s.events("y") == n })
 	items := s.snapshot()
 	checkExactlyOnce(t, items, seqs, false)

@@ -38,7 +38,7 @@
 // At start the dispatcher scans (stream info with a subjects filter for the
 // tenants, PostgreSQL for cursors and weights, one direct get per tenant
 // and destination for the exact pending count) and then follows one
-// headers-only ordered consumer on products.> — the doorbell — from the
+// headers-only ordered consumer on the whole stream, unfiltered — the doorbell — from the
 // sequence the scan started at. JetStream state is one ephemeral consumer
 // per dispatcher process (two while the backfill runs, plus one per pair
 // it is replaying: replay_feed.go), on Deps.Doorbell when set, a
@@ -61,6 +61,16 @@
 // reached, a tenant the index knows nothing more of — is read from
 // PRODUCTS, which is always right. fairway_dispatcher_grants_total{source}
 // counts each (index, feed, dense, read).
+//
+// # Carried bodies and a shallow WORK
+//
+// The doorbell delivers each event's body too; the index holds it within
+// Config.BodyBudget (carried_body.go), and an item cut from the index
+// carries its events (work.Item.Bodies), so its sink does not read
+// PRODUCTS. Each destination keeps what waits in WORK to about what its
+// sinks take at once (work_window.go): grants wait while the sinks'
+// consumer has enough pending, so the order of grants is the order of
+// application and leases never expire on items that only wait.
 //
 // # Crash safety
 //

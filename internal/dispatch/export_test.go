@@ -61,3 +61,8 @@ func (d *Dispatcher) Wakeups(source string) float64 {
 
 // Pruned returns how many batch-log rows d deleted.
 func (d *Dispatcher) Pruned() float64 { return testutil.ToFloat64(d.m.pruned) }
+
+// Recovered returns how many of dest's orphaned batches were re-dispatched.
+func (d *Dispatcher) Recovered(dest string) float64 {
+	return testutil.ToFloat64(d.m.recovered.WithLabelValues(dest))
+}

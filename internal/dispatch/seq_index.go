@@ -40,16 +40,45 @@ type seqRun struct {
 	// bytes an event); nil once one did not fit (stored before at or more
 	// than 49 days after it): the run's times are then unknown.
 	offMs []uint32
+	// bodies[i] is first+i's stored data when the index holds it (nil
+	// entries: not held); nil when the run holds none.
+	bodies []*heldBody
+}
+
+// body returns the held body of seq, a sequence of r, or nil.
+func (r *seqRun) body(seq uint64) *heldBody {
+	if r.bodies == nil {
+		return nil
+	}
+	return r.bodies[seq-r.first]
+}
+
+// releaseBodies lets go of the bodies of r's sequences below seq.
+func (r *seqRun) releaseBodies(below uint64) {
+	if r.bodies == nil {
+		return
+	}
+	n := min(below, r.last+1) - r.first
+	for _, b := range r.bodies[:n] {
+		b.release()
+	}
+	clear(r.bodies[:n])
 }
 
 // add records that the tenant has an event at seq, stored at at. Sequences
 // at or below the last one known (a redelivery) are ignored. It keeps at
 // most maxRuns runs.
-func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) {
+func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) { ix.addBody(seq, at, nil, maxRuns) }
+
+// addBody is add for an event whose stored data the index holds too
+// (body, nil: none). The index takes over one reference of body, and
+// releases it when the sequence is ignored or forgotten.
+func (ix *seqIndex) addBody(seq uint64, at time.Time, body *heldBody, maxRuns int) {
 	if n := len(ix.runs); n > 0 {
 		last := &ix.runs[n-1]
 		switch {
 		case seq <= last.last:
+			body.release()
 			return
 		case seq == last.last+1:
 			last.last = seq
@@ -63,13 +92,25 @@ func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) {
 					last.offMs = nil
 				}
 			}
+			switch {
+			case last.bodies != nil:
+				last.bodies = append(last.bodies, body)
+			case body != nil:
+				last.bodies = make([]*heldBody, seq-last.first, seq-last.first+64)
+				last.bodies = append(last.bodies, body)
+			}
 			return
 		}
 	}
 	if seq < ix.floor {
+		body.release()
 		return
 	}
-	ix.runs = append(ix.runs, seqRun{first: seq, last: seq, at: at, offMs: []uint32{0}})
+	r := seqRun{first: seq, last: seq, at: at, offMs: []uint32{0}}
+	if body != nil {
+		r.bodies = []*heldBody{body}
+	}
+	ix.runs = append(ix.runs, r)
 	ix.n++
 	if len(ix.runs) > maxRuns {
 		drop := len(ix.runs) - maxRuns
@@ -83,8 +124,10 @@ func (ix *seqIndex) add(seq uint64, at time.Time, maxRuns int) {
 // at every grant, and copying 100,000 runs each time cost more than the
 // grant (the array is copied once it fills, as append grows it).
 func (ix *seqIndex) forget(k int) {
-	for _, r := range ix.runs[:k] {
+	for i := range ix.runs[:k] {
+		r := &ix.runs[i]
 		ix.n -= int(r.last - r.first + 1)
+		r.releaseBodies(r.last + 1)
 	}
 	clear(ix.runs[:k]) // let their times go
 	ix.runs = ix.runs[k:]
@@ -103,6 +146,10 @@ func (ix *seqIndex) trim(cursor uint64) {
 		r := &ix.runs[0]
 		if r.offMs != nil {
 			r.offMs = r.offMs[cursor-r.first:]
+		}
+		if r.bodies != nil {
+			r.releaseBodies(cursor)
+			r.bodies = r.bodies[cursor-r.first:]
 		}
 		ix.n -= int(cursor - r.first)
 		r.first = cursor
@@ -142,6 +189,40 @@ func (ix *seqIndex) times(from, to uint64, count int) *work.Times {
 	return t
 }
 
+// bodies returns the held bodies of the count known sequences in
+// from..to, with their store times, or nil when the index does not hold
+// every one of them (the item is then read from PRODUCTS).
+func (ix *seqIndex) bodies(from, to uint64, count int) []work.Body {
+	var out []work.Body
+	for i := range ix.runs {
+		r := &ix.runs[i]
+		if r.last < from {
+			continue
+		}
+		if r.first > to {
+			break
+		}
+		if r.offMs == nil || r.bodies == nil {
+			return nil
+		}
+		if out == nil {
+			out = make([]work.Body, 0, count)
+		}
+		base := r.at.UnixMilli()
+		for seq := max(r.first, from); seq <= min(r.last, to); seq++ {
+			b := r.body(seq)
+			if b == nil || len(out) == count {
+				return nil
+			}
+			out = append(out, work.Body{Seq: seq, StoredMs: base + int64(r.offMs[seq-r.first]), Op: b.op, Data: b.data})
+		}
+	}
+	if len(out) != count {
+		return nil
+	}
+	return out
+}
+
 // take cuts up to n known events at or after cursor into batches of at
 // most size events, as cut does for a read (tight ranges, sequences listed
 // for small sparse batches). It returns
@@ -149,13 +230,21 @@ func (ix *seqIndex) times(from, to uint64, count int) *work.Times {
 // event) and how many known events remain after those taken. It does not
 // forget what it took: trim does, once the cursor has moved.
 func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, counts []int, lists [][]uint64, at time.Time, rest uint64) {
+	return ix.takeBytes(cursor, n, size, 0)
+}
+
+// takeBytes is take with batches of held bodies bounded to about maxBytes
+// of them (0: no bound), so that a work item carrying them fits in one
+// NATS message. A batch holds at least one event.
+func (ix *seqIndex) takeBytes(cursor uint64, n, size, maxBytes int) (ranges []tenancy.Range, counts []int, lists [][]uint64, at time.Time, rest uint64) {
 	ix.trim(cursor)
 	if len(ix.runs) > 0 {
 		at = ix.runs[0].at
 	}
 	var from uint64
-	inBatch, taken := 0, 0
-	for i, r := range ix.runs {
+	inBatch, inBytes, taken := 0, 0, 0
+	for i := range ix.runs {
+		r := &ix.runs[i]
 		if taken == n {
 			break
 		}
@@ -166,13 +255,29 @@ func (ix *seqIndex) take(cursor uint64, n, size int) (ranges []tenancy.Range, co
 			}
 			// As much of the run as the batch and n allow.
 			k := min(r.last-seq+1, uint64(size-inBatch), uint64(n-taken))
+			full := false
+			if maxBytes > 0 && r.bodies != nil {
+				// As much of that as the batch's bytes allow.
+				most := k
+				for k = 0; k < most; k++ {
+					c := 0
+					if b := r.body(seq + k); b != nil {
+						c = work.Body{Data: b.data}.WireSize()
+					}
+					if inBatch+int(k) > 0 && inBytes+c > maxBytes {
+						full = true
+						break
+					}
+					inBytes += c
+				}
+			}
 			seq += k
 			inBatch += int(k)
 			taken += int(k)
-			if inBatch == size || taken == n || seq > r.last && lastRun {
+			if inBatch == size || full || taken == n || seq > r.last && lastRun {
 				ranges = append(ranges, tenancy.Range{From: from, To: seq - 1})
 				counts = append(counts, inBatch)
-				inBatch = 0
+				inBatch, inBytes = 0, 0
 			}
 		}
 	}

@@ -129,7 +129,7 @@ func TestSeqIndexAdd(t *testing.T) {
 		ix.add(s, t0.Add(time.Duration(s)*time.Millisecond), 100)
 	}
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	want := []seqRun{{5, 7, at(5), []uint32{0, 1, 2}}, {9, 10, at(9), []uint32{0, 1}}, {12, 12, at(12), []uint32{0}}}
+	want := []seqRun{{5, 7, at(5), []uint32{0, 1, 2}, nil}, {9, 10, at(9), []uint32{0, 1}, nil}, {12, 12, at(12), []uint32{0}, nil}}
 	if !slices.EqualFunc(ix.runs, want, equalRun) {
 		t.Fatalf("runs %v, want %v", ix.runs, want)
 	}
@@ -139,7 +139,7 @@ func TestSeqIndexAdd(t *testing.T) {
 		t.Fatalf("after overflow: floor %d runs %v", ix.floor, ix.runs)
 	}
 	ix.trim(10)
-	if !equalRun(ix.runs[0], seqRun{10, 10, at(9), []uint32{1}}) || ix.floor != 10 {
+	if !equalRun(ix.runs[0], seqRun{10, 10, at(9), []uint32{1}, nil}) || ix.floor != 10 {
 		t.Fatalf("trim(10): %v floor %d", ix.runs, ix.floor)
 	}
 	ix.add(8, at(8), 3) // below what the index knows: ignored
@@ -254,7 +254,7 @@ func TestBackfillKeepsScanBacklog(t *testing.T) {
 	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 200, 1, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 16; seq++ {
-		x.bell("solo", seq, at, true)
+		x.bell("solo", seq, at, nil, true)
 	}
 	g, ok := sched.Next()
 	if !ok {
@@ -277,7 +277,7 @@ func TestGrantCutsWhatBackfillDelivered(t *testing.T) {
 	x.seed(tenancy.PairState{Tenant: "late", NextSeq: 1, Weight: 1}, 500, 40, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 32; seq += 2 {
-		x.bell("solo", seq, at, true) // 16 events, every other sequence
+		x.bell("solo", seq, at, nil, true) // 16 events, every other sequence
 	}
 	ts := x.state("solo")
 	ranges, counts, _, _, _, ok := x.fromIndex(ts, 1, 40)
@@ -332,7 +332,7 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, 0, 0, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 100; seq++ {
-		x.bell("other", seq, at, false)
+		x.bell("other", seq, at, nil, false)
 	}
 	// The owner dispatched 90 of them; a poll tells this dispatcher.
 	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 91, Weight: 1}, 10, 91, denseRun{})
@@ -409,12 +409,12 @@ func TestWaitForBackfill(t *testing.T) {
 	// solo is back in the rounds at once, well before backfillWaitMax.
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(7); seq < 12; seq++ {
-		x.bell("solo", seq, at, true)
+		x.bell("solo", seq, at, nil, true)
 		if _, ok := sched.Next(); ok {
 			t.Fatalf("solo granted after %d of the 6 events it waits for", seq-6)
 		}
 	}
-	x.bell("solo", 12, at, true)
+	x.bell("solo", 12, at, nil, true)
 	if g, ok := sched.Next(); !ok || g.Key != k {
 		t.Fatalf("after the backfill rang the rest of a batch: grant %+v, %v; want solo's", g, ok)
 	}
@@ -490,7 +490,7 @@ func TestStaleHoldKeepsLimitBlock(t *testing.T) {
 		grant()
 		atLimit()
 		for seq := uint64(1); seq <= 12; seq++ {
-			x.bell("solo", seq, at, true)
+			x.bell("solo", seq, at, nil, true)
 		}
 		time.Sleep(3 * backfillWaitMax) // the hold's own timer has fired
 		if g, ok := sched.Next(); ok {

@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -388,5 +389,21 @@ func (e *env) dump() {
 		var next, live, orphans int64
 		_ = rows.Scan(&t, &d, &next, &live, &orphans)
 		e.t.Logf("dump: %s/%s cursor %d live leases %d orphans %d", t, d, next, live, orphans)
+	}
+}
+
+// checkCarried checks that the bodies item it carries are its events as
+// PRODUCTS stores them (stored, read with headers): sequence, store time
+// to the millisecond, data, and the op of the subject.
+func checkCarried(t testing.TB, it work.Item, stored []work.Stored) {
+	t.Helper()
+	if len(it.Bodies) != len(stored) {
+		t.Fatalf("item %s/%d-%d carries %d bodies, %d events stored", it.Tenant, it.FromSeq, it.ToSeq, len(it.Bodies), len(stored))
+	}
+	for i, m := range stored {
+		b := it.Bodies[i]
+		if b.Seq != m.Seq || b.StoredMs != m.Time.UnixMilli() || !bytes.Equal(b.Data, m.Data) || m.Subject != "products."+it.Tenant+"."+string(b.Op) {
+			t.Fatalf("item %s/%d-%d body %d: seq %d at %d op %s, stored seq %d at %v on %s", it.Tenant, it.FromSeq, it.ToSeq, i, b.Seq, b.StoredMs, b.Op, m.Seq, m.Time, m.Subject)
+		}
 	}
 }

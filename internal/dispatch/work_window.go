@@ -1,0 +1,139 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/work"
+)
+
+// workWindow keeps what waits in WORK for one destination shallow: about
+// what its sinks take at once. WORK is a FIFO queue per destination, so an
+// item published behind a deep queue is applied after all of it, whatever
+// order the scheduler chose; kept shallow, the order of the grants is the
+// order of application, a small tenant's item is not queued behind the
+// floods' items, and no lease expires on an item that merely waits.
+//
+// It follows the sinks' consumer (work.ConsumerName): NumPending is what
+// is published and not yet delivered to a sink. A destination takes a grant
+// only while that, plus what it published since it last looked and what
+// grants in flight may still publish, is below the window. The window
+// grows while sinks wait for work with none pending although the window
+// held grants back (the sinks could take more), and shrinks slowly while
+// more than half of it waits, never below its start: a floor that keeps
+// sinks fed between two looks. Without the consumer (no sink of the
+// destination has ever started) or when it cannot be read (a NATS user
+// without $JS.API.CONSUMER.INFO.WORK.>), the window stays open, as if WORK
+// were empty: what is published waits for the sinks as it would without a
+// window. An unreadable consumer is reported.
+type workWindow struct {
+	js       jetstream.JetStream
+	consumer string
+	grant    int // the most items one grant publishes (Config.GrantBatches)
+
+	mu       sync.Mutex
+	size     int  // the window: items that may wait in WORK
+	pending  int  // NumPending at the last look
+	since    int  // items published since the last look
+	reserved int  // items grants in flight may still publish
+	full     bool // a grant was held back since the last look
+}
+
+// Bounds of the window, in items.
+const (
+	workWindowMin = 32
+	workWindowMax = 4096
+	// workWindowEvery is how often the window looks at the consumer.
+	workWindowEvery = 20 * time.Millisecond
+)
+
+func newWorkWindow(js jetstream.JetStream, dest string, grant int) *workWindow {
+	return &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant)}
+}
+
+// reserve takes room for one grant's items; false when the window is full.
+func (w *workWindow) reserve() bool {
+	if w == nil {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending+w.since+w.reserved >= w.size {
+		w.full = true
+		return false
+	}
+	w.reserved += w.grant
+	return true
+}
+
+// settle ends a grant's reservation: it published n items.
+func (w *workWindow) settle(n int) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reserved -= w.grant
+	w.since += n
+}
+
+// look reads the consumer's state and adapts the window. It reports
+// whether there is room now.
+func (w *workWindow) look(ctx context.Context) (room bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := w.consumerInfo(ctx)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	full := w.full
+	w.full = false
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		w.pending, w.since, err = 0, 0, nil // no sink yet: open
+	case err != nil:
+		w.pending, w.since = 0, 0 // open
+	default:
+		w.pending, w.since = int(info.NumPending), 0
+		floor := max(workWindowMin, 2*w.grant)
+		switch {
+		case info.NumPending == 0 && info.NumWaiting > 0 && full:
+			w.size = min(w.size+w.size/2, workWindowMax) // sinks wait for work: let more through
+		case w.pending > w.size/2:
+			w.size = max(w.size-w.size/8, floor)
+		}
+	}
+	return w.pending+w.reserved < w.size, err
+}
+
+func (w *workWindow) consumerInfo(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	c, err := w.js.Consumer(ctx, work.StreamName, w.consumer)
+	if err != nil {
+		return nil, err
+	}
+	return c.CachedInfo(), nil
+}
+
+// run looks every workWindowEvery and wakes the destination when there is
+// room, until ctx ends.
+func (w *workWindow) run(ctx context.Context, wake func(), onErr func(error)) {
+	t := time.NewTicker(workWindowEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		room, err := w.look(ctx)
+		if err != nil && ctx.Err() == nil {
+			onErr(err)
+		}
+		if room {
+			wake()
+		}
+	}
+}
