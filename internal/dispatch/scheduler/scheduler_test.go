@@ -1017,3 +1017,77 @@ func serveX(t *testing.T, s *scheduler.Scheduler, d *syncDispatcher, events int6
 		}
 	}
 }
+
+// TestNewFlowsGainNoShare: a key that empties and becomes active again,
+// over and over, gets no more than its weight's share against keys that
+// are backlogged throughout, however soon it comes back and whatever it
+// brings, and the others keep their shares. A new flow is served first only
+// from its credit for the round, so it cannot take a quantum per return.
+func TestNewFlowsGainNoShare(t *testing.T) {
+	t.Parallel()
+	costCases := []struct {
+		name  string
+		cfg   scheduler.Config
+		cost  map[string]func(int64) int64
+		sizes []int64 // events g brings back each time
+	}{
+		{name: "events", sizes: []int64{1, 250, 500, 1000, 1500}},
+		{name: "events, quantum of two batches", cfg: scheduler.Config{Quantum: 1000, MaxBatch: 500}, sizes: []int64{1, 500, 1000, 2000, 3000}},
+		{
+			// g's events each cost more than its quantum (2000): every
+			// return ends in an overdraft.
+			name: "bytes, overdraft",
+			cfg:  scheduler.Config{Quantum: 1000, MaxBatch: 100},
+			cost: map[string]func(int64) int64{
+				"a": costRange(10, 30), "b": costRange(10, 30), "c": costRange(10, 30), "g": costRange(2500, 4000),
+			},
+			sizes: []int64{1, 2, 4},
+		},
+	}
+	for _, cc := range costCases {
+		for _, size := range cc.sizes {
+			for _, gap := range []int{0, 1, 3} {
+				name := fmt.Sprintf("%s/returns with %d events/after %d other grants", cc.name, size, gap)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					s := setup(t, cc.cfg)
+					s.SetBacklog(key("a"), unbounded, 1)
+					s.SetBacklog(key("b"), unbounded, 2)
+					s.SetBacklog(key("c"), unbounded, 4)
+					s.SetBacklog(key("g"), size, 2)
+					d := newSyncDispatcher(t, s)
+					if cc.cost != nil {
+						d.cost = cc.cost
+					}
+					left, wait := size, -1 // wait: other grants until g returns; -1 while g has backlog
+					returns := 0
+					d.afterGrant = func(g scheduler.Grant, events, _ int64) {
+						if g.Key.Tenant == "g" {
+							if left -= events; left == 0 {
+								wait = gap
+							}
+						} else if wait > 0 {
+							wait--
+						}
+						if wait == 0 {
+							s.SetBacklog(key("g"), size, 2)
+							left, wait = size, -1
+							returns++
+						}
+					}
+					d.run(6000)
+					got := shares(d.costs)
+					t.Logf("cost shares over 6000 grants, g back %d times: %v", returns, fmtShares(got))
+					if want := 2.0 / 9; got["g"] > want*1.05 {
+						t.Errorf("g's share %.4f exceeds its weight's %.4f +5%%", got["g"], want)
+					}
+					floods := shares(map[string]int64{"a": d.costs["a"], "b": d.costs["b"], "c": d.costs["c"]})
+					checkShares(t, floods, map[string]float64{"a": 1.0 / 7, "b": 2.0 / 7, "c": 4.0 / 7}, 0.05)
+					if returns < 10 {
+						t.Errorf("g came back %d times: the case does not exercise returns", returns)
+					}
+				})
+			}
+		}
+	}
+}
