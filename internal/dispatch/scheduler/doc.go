@@ -1,6 +1,7 @@
 // Package scheduler is the dispatcher's scheduling core: it decides which
 // tenant's events a destination gets next, by weighted deficit round robin
-// over the (tenant, destination) pairs that have backlog. It is pure,
+// over the (tenant, destination) pairs that have backlog, serving pairs that
+// have just become active first. It is pure,
 // deterministic logic with no I/O and no goroutines; the dispatcher drives
 // one Scheduler per destination from its loop:
 //
@@ -44,7 +45,44 @@
 //     the round number grows. Each key records the round of its latest
 //     quantum and gets at most one quantum per round.
 //
-//   - Blocked queues. A tenant at its slot limit is taken out of both lists
+//   - New flows first (sparse-flow priority, as in FQ-CoDel, RFC 8290
+//     sections 4.1-4.2, and DRR++). A key that becomes active — SetBacklog
+//     after it had no backlog: a small tenant's event, say — joins the
+//     tail of a third list, the new-flows list, which Next serves before
+//     the rounds (the "old" list), provided it has credit for the current
+//     round: it is not in debt, and it has not had this round's quantum
+//     (it gets it there) or has some of it left (it spends what is left).
+//     A visit on the new-flows list is one quantum like any other: with
+//     credit left after a grant the key stays at the list's head; with
+//     its quantum spent and backlog left it joins the tail of the next
+//     round, as in normal DRR; emptied, it goes idle having had its turn.
+//     So a key whose events arrive while N tenants are backlogged is
+//     granted once the new flows ahead of it have been, not after a round
+//     of the N tenants' quanta. A key blocked or parked while it waits on
+//     the new-flows list returns to it when eligible again, if it still
+//     has credit for the round then; one blocked after a grant from it
+//     returns to it only within the same round, with what it has left.
+//
+//   - No gain from going idle. RFC 8290 moves a queue emptied on the new
+//     list to the tail of the old list instead of forgetting it, so that a
+//     queue that empties and refills just often enough cannot come back
+//     as new, with a fresh quantum, for ever and starve the old queues.
+//     Here the guard is kept in credit rather than list position: an
+//     idle key keeps what is left of its quantum until the round ends (the
+//     next quantum replaces it) and keeps its debt; a return within the
+//     round is served first only while that credit lasts, and a key that
+//     comes back after spending its quantum, or in debt, waits in the
+//     rounds like any other. A key that alternates idle and active is
+//     therefore charged at most one quantum per round, as a backlogged one
+//     is. Unlike RFC 8290's one new visit per pass of the old list, a key
+//     that returns several times a round with a little each time — a
+//     small tenant sending every few hundred milliseconds while a round of
+//     200 floods takes seconds — is served first each time. Each such
+//     return is a grant of its own: a key returning one event at a time
+//     may take a grant per event until its quantum is spent (one at a
+//     time, one grant per key), its cost still within its share.
+//
+//   - Blocked queues. A tenant at its slot limit is taken out of the lists
 //     (O(1), intrusive doubly-linked lists), so Next never looks at it and
 //     it is charged nothing. It keeps its round and the credit left from its
 //     latest quantum: unblocked in the same round it rejoins that round with
@@ -55,10 +93,11 @@
 //
 //   - One grant per key at a time. A granted key is out of the lists until
 //     Done, so two batches of one tenant are never read concurrently; with
-//     credit left after Done it resumes at the head of the round.
+//     credit left after Done it resumes at the head of its list (the
+//     new-flows list if its grant came from there, else the round).
 //
 //   - Lone rounds (optional, Config.LoneRounds, off by default): a key that
-//     is alone when its visit begins — nothing else listed, no other grant
+//     is alone when its visit begins — nothing else in any list, no other grant
 //     outstanding — may take several rounds' quanta at once (within
 //     MaxBatch). Those are rounds nobody else competes for, so shares are
 //     unchanged, and a key that arrives during the grant is served before
@@ -72,23 +111,30 @@
 //
 // # Invariants
 //
-//   - A key is in a round list if and only if it has backlog, is not blocked
-//     and has no grant outstanding; Next examines only listed keys.
-//   - A key receives at most one quantum per round, and its credit never
-//     exceeds the credit granted at its latest visit (one quantum, or
-//     several for a lone key): no credit is hoarded while idle or blocked.
-//   - A key in the current list that has had this round's quantum has
-//     credit left; so Next grants the first key it examines unless that key
-//     is repaying an overdraft, and each such skip repays one quantum of
-//     cost that was really dispatched: Next is O(1) amortised.
-//   - A key that becomes dispatchable joins the current round unless it
-//     already had this round's quantum, in which case it heads for the next
-//     round; either way it is granted within one round. In particular, with
-//     the defaults, a tenant arriving behind another's 1M-event backlog waits
-//     for at most ⌈weight⌉ of that tenant's batches.
+//   - A key is in a list (new flows, current round or next round) if and
+//     only if it has backlog, is not blocked or parked and has no grant
+//     outstanding; Next examines only listed keys.
+//   - A key receives at most one quantum per round, on whichever list, and
+//     its credit never exceeds the credit granted at its latest visit (one
+//     quantum, or several for a lone key); the next quantum replaces
+//     positive credit, so none is hoarded while idle or blocked.
+//   - Every key in the new-flows list has credit for the round, and a key
+//     in the current list that has had this round's quantum has credit
+//     left; so Next grants the first key it examines unless that key is
+//     repaying an overdraft, and each such skip repays one quantum of cost
+//     that was really dispatched: Next is O(1) amortised.
+//   - The round moves on only when no key but the one being granted is on
+//     the new-flows list, so a key on it is served in the round whose
+//     credit it holds.
+//   - A key that becomes active with credit for the round is granted before
+//     any key in the rounds, after the keys ahead of it in the new-flows
+//     list. Any other key that becomes dispatchable joins the current round
+//     unless it already had this round's quantum, in which case it heads
+//     for the next round; either way it is granted within one round.
 //   - With every key continuously backlogged and unblocked, over R rounds a
 //     key of weight w is charged w·Quantum·R, within one quantum plus one
-//     event's overdraft.
+//     event's overdraft; a key that goes idle and active again is charged
+//     no more.
 //
 // # Concurrency
 //

@@ -2,8 +2,9 @@ package scheduler
 
 // flow is the scheduler's state for one (tenant, destination) pair. Flows
 // live in Scheduler.flows for as long as the scheduler knows the key; a flow
-// sits in at most one of the two round lists, and only while it is eligible
-// (backlog > 0, not blocked or parked, no grant outstanding).
+// sits in at most one of the lists (new flows, current round, next round),
+// and only while it is eligible (backlog > 0, not blocked or parked, no
+// grant outstanding).
 type flow struct {
 	key     Key
 	weight  int   // configured weight, clamped to [WeightMin, WeightMax]
@@ -11,7 +12,8 @@ type flow struct {
 
 	// deficit is the credit left in cost units. It is at most the quantum
 	// of the flow's latest visit and may go negative by the overdraft of a
-	// batch's last event; debt is repaid from later quanta.
+	// batch's last event; debt is repaid from later quanta. Positive credit
+	// counts only in the round of lastRound: the next quantum replaces it.
 	deficit int64
 
 	// lastRound is the round in which the flow last received a quantum;
@@ -23,13 +25,20 @@ type flow struct {
 	parked  bool // another dispatcher grants it (SetParked)
 	granted bool // a grant is outstanding (between Next and Done)
 
-	list       *flowList // nil when in neither round list
+	// activated: the flow went from no backlog to some and has not been
+	// queued since; requeue decides whether it goes on the new-flows list.
+	activated bool
+	// fromNew: the flow's latest grant came from the new-flows list, so
+	// with credit left in the same round it goes back there.
+	fromNew bool
+
+	list       *flowList // nil when in no list
 	prev, next *flow
 
 	win *window // events dispatched recently; nil unless dampening is on
 }
 
-// eligible reports whether the flow belongs in a round list.
+// eligible reports whether the flow belongs in a list.
 func (f *flow) eligible() bool {
 	return f.backlog > 0 && !f.blocked && !f.parked && !f.granted
 }

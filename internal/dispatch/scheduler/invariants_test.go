@@ -13,9 +13,9 @@ import (
 func (s *Scheduler) checkInvariants(maxWeight int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, nxt := &s.lists[s.cur], &s.lists[1-s.cur]
+	cur, nxt, fresh := &s.lists[s.cur], &s.lists[1-s.cur], &s.newFlows
 	inList := map[*flow]*flowList{}
-	for _, l := range []*flowList{cur, nxt} {
+	for _, l := range []*flowList{fresh, cur, nxt} {
 		n := 0
 		var prev *flow
 		for f := l.head; f != nil; f = f.next {
@@ -53,7 +53,14 @@ func (s *Scheduler) checkInvariants(maxWeight int) error {
 		if f.lastRound > s.round {
 			return fmt.Errorf("flow %v: last quantum in round %d > %d", k, f.lastRound, s.round)
 		}
+		if inList[f] != nil && f.activated {
+			return fmt.Errorf("flow %v: listed but still marked activated", k)
+		}
 		switch inList[f] {
+		case fresh:
+			if f.lastRound == s.round && f.deficit <= 0 || f.deficit < 0 {
+				return fmt.Errorf("flow %v: new flow without credit for round %d (last quantum in %d, credit %d)", k, s.round, f.lastRound, f.deficit)
+			}
 		case cur:
 			if f.lastRound == s.round && f.deficit <= 0 {
 				return fmt.Errorf("flow %v: visited this round without credit but still in it", k)

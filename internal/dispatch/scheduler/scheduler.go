@@ -198,6 +198,11 @@ type Scheduler struct {
 
 	flows map[Key]*flow
 
+	// newFlows holds flows that have just become active with credit for
+	// the current round, in arrival order; Next serves it before the
+	// rounds (sparse-flow priority, see the package documentation).
+	newFlows flowList
+
 	// lists[cur] holds the flows still to be visited in the current round
 	// (in visiting order); lists[1-cur] the flows waiting for the next one.
 	lists [2]flowList
@@ -226,10 +231,16 @@ func New(cfg Config) (*Scheduler, error) {
 
 // SetBacklog records that k has events waiting, with the tenant's weight
 // (clamped to [WeightMin, WeightMax]). events is absolute, not a delta; 0
-// makes k idle: it leaves the round and keeps no positive credit. A key
-// that becomes active joins the current round if it has not had its quantum
-// in it, else the next one, so it is granted within one round. The new
-// weight takes effect at the key's next quantum.
+// makes k idle: it leaves the lists, keeping any debt, and what is left of
+// its credit counts only until the round ends.
+//
+// A key that becomes active (it had no backlog) and has credit for the
+// current round — it is not in debt and has not had this round's quantum,
+// or has some of it left — goes on the new-flows list, which Next serves
+// before the rounds: it is granted as soon as the new flows ahead of it
+// have been. Any other key joins the current round if it has not had its
+// quantum in it, else the next one, so it is granted within one round. The
+// new weight takes effect at the key's next quantum.
 //
 // The backlog is a hint: Done subtracts what was dispatched, and the
 // dispatcher corrects it whenever it learns better (a doorbell, or a read
@@ -245,11 +256,15 @@ func (s *Scheduler) SetBacklog(k Key, events int64, weight int) {
 		f = &flow{key: k}
 		s.flows[k] = f
 	}
+	wasIdle := f.backlog == 0
 	f.weight = min(max(weight, WeightMin), WeightMax)
 	f.backlog = max(events, 0)
 	if f.backlog == 0 {
 		s.goIdle(f)
 		return
+	}
+	if wasIdle {
+		f.activated = true
 	}
 	s.requeue(f, false)
 }
@@ -261,7 +276,10 @@ func (s *Scheduler) SetBacklog(k Key, events int64, weight int) {
 // it is visited again in that round with what it had left; unblocked in a
 // later round, it joins that round and gets one fresh quantum, its old
 // positive credit dropped. So a key that blocks often gets at most one
-// quantum per round, like everyone else.
+// quantum per round, like everyone else. A key blocked while it waits on
+// the new-flows list goes back to it when unblocked, if it still has credit
+// for the round then; one blocked after a grant from that list goes back
+// to it if unblocked in the same round with credit left.
 //
 // SetBlocked on an unknown key creates it (weight 1, no backlog), so a
 // limit learned before any backlog is kept.
@@ -300,6 +318,11 @@ func (s *Scheduler) setOut(k Key, on bool, flag func(*flow) *bool, count *int) {
 	*p = on
 	if on {
 		*count++
+		if f.list == &s.newFlows {
+			// Not served yet: back on the new-flows list when eligible
+			// again, if it still has credit for the round then.
+			f.activated = true
+		}
 		s.unlink(f)
 		return
 	}
@@ -317,8 +340,11 @@ func (s *Scheduler) Next() (Grant, bool) {
 	var epoch int64
 	epochRead := false
 	for {
-		cur := &s.lists[s.cur]
-		f := cur.head
+		l := &s.newFlows
+		if l.head == nil {
+			l = &s.lists[s.cur]
+		}
+		f := l.head
 		if f == nil {
 			if s.lists[1-s.cur].len == 0 {
 				return Grant{}, false
@@ -335,12 +361,12 @@ func (s *Scheduler) Next() (Grant, bool) {
 			f.lastRound = s.round
 			q := s.quantum(f, epoch)
 			f.deficit = min(f.deficit, 0) + q
-			if f.deficit <= 0 { // still repaying an overdraft
-				cur.remove(f)
+			if f.deficit <= 0 { // still repaying an overdraft (never a new flow: it admits no debt)
+				l.remove(f)
 				s.lists[1-s.cur].pushBack(f)
 				continue
 			}
-			if cur.len == 1 && s.lists[1-s.cur].len == 0 && s.inFlight == 0 {
+			if s.newFlows.len+s.lists[0].len+s.lists[1].len == 1 && s.inFlight == 0 {
 				// Alone: take the next rounds now instead of one by one.
 				for r := 1; r < s.cfg.LoneRounds && f.deficit+q <= int64(s.cfg.MaxBatch); r++ {
 					f.deficit += q
@@ -350,7 +376,8 @@ func (s *Scheduler) Next() (Grant, bool) {
 				}
 			}
 		}
-		cur.remove(f)
+		l.remove(f)
+		f.fromNew = l == &s.newFlows
 		f.granted = true
 		s.inFlight++
 		s.grants++
@@ -365,8 +392,10 @@ func (s *Scheduler) Next() (Grant, bool) {
 // Done ends k's outstanding grant, charging what was really dispatched:
 // events read and their cost in the Config's cost unit (at least 1 when
 // events > 0, so every batch makes progress). Either may be less than
-// granted, or 0. With credit left, k resumes its visit at the head of the
-// round; with none, it waits for the next round.
+// granted, or 0. With credit left, k resumes its visit at the head of its
+// list (the new-flows list if its grant came from there, else the current
+// round); with none, it waits for the next round. A key that Done leaves
+// without backlog is idle, as with SetBacklog(k, 0, ...).
 //
 // events == 0 means nothing was dispatched. If k is blocked (taking its slot
 // failed: call SetBlocked(k, true) before Done), it keeps its place and
@@ -435,7 +464,7 @@ func (s *Scheduler) Stats() Stats {
 	defer s.mu.Unlock()
 	return Stats{
 		Known:          len(s.flows),
-		Active:         s.lists[0].len + s.lists[1].len,
+		Active:         s.newFlows.len + s.lists[0].len + s.lists[1].len,
 		Blocked:        s.blocked,
 		Parked:         s.parked,
 		InFlight:       s.inFlight,
@@ -448,6 +477,11 @@ func (s *Scheduler) Stats() Stats {
 }
 
 // requeue puts an eligible flow that is in no list where it belongs:
+//   - activated (it had no backlog) with credit for the round
+//     (newFlowCredit): the tail of the new-flows list;
+//   - granted from the new-flows list and credit left in the same round:
+//     the head of the new-flows list when continuing the batch it was
+//     granted (its visit goes on), else its tail (back from blocked);
 //   - not yet visited this round: the tail of the current round;
 //   - visited, credit left, continuing the batch it was granted: the head
 //     of the current round (its visit goes on);
@@ -458,6 +492,21 @@ func (s *Scheduler) requeue(f *flow, continuing bool) {
 	if f.list != nil || !f.eligible() {
 		return
 	}
+	activated := f.activated
+	f.activated = false
+	switch {
+	case activated && s.newFlowCredit(f):
+		s.newFlows.pushBack(f)
+		return
+	case f.fromNew && f.lastRound == s.round && f.deficit > 0:
+		if continuing {
+			s.newFlows.pushFront(f)
+		} else {
+			s.newFlows.pushBack(f)
+		}
+		return
+	}
+	f.fromNew = false
 	cur := &s.lists[s.cur]
 	switch {
 	case f.lastRound != s.round:
@@ -477,12 +526,25 @@ func (s *Scheduler) unlink(f *flow) {
 	}
 }
 
-// goIdle takes a flow without backlog out of the round. Like an emptied
-// queue in classic DRR it loses its positive credit; debt is kept, so
-// draining and refilling cannot erase an overdraft.
+// newFlowCredit reports whether a flow that has just become active may be
+// served from the new-flows list: it is not in debt, and it has not had
+// this round's quantum or has some of it left. A flow that spent its
+// quantum this round waits for the next round like any other, so going
+// idle and active again earns nothing (see the package documentation).
+func (s *Scheduler) newFlowCredit(f *flow) bool {
+	if f.lastRound == s.round {
+		return f.deficit > 0
+	}
+	return f.deficit >= 0
+}
+
+// goIdle takes a flow without backlog out of the lists. It keeps its
+// credit: what is left of this round's quantum for a return within the
+// round (the next quantum replaces it, so nothing is hoarded), and debt,
+// so draining and refilling cannot erase an overdraft.
 func (s *Scheduler) goIdle(f *flow) {
 	s.unlink(f)
-	f.deficit = min(f.deficit, 0)
+	f.activated, f.fromNew = false, false
 }
 
 // quantum returns the credit f earns for one visit: Quantum·weight, or

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -778,5 +779,315 @@ func TestParked(t *testing.T) {
 	s.Remove(key("z"))
 	if st := s.Stats(); st.Parked != 0 || st.Blocked != 0 {
 		t.Errorf("Stats after unpark/unblock/remove = %+v, want none parked or blocked", st)
+	}
+}
+
+// TestNewFlowFirst: a key that becomes active with credit for the round is
+// the very next grant, ahead of every backlogged key's next grant, wherever
+// the round is and whatever the backlogged keys' number and weights; its
+// credit is a fresh quantum, or what it has left of this round's. A key in
+// debt joins the tail of the round in progress instead, and one that spent
+// this round's quantum the tail of the next: going idle and active again
+// earns nothing.
+func TestNewFlowFirst(t *testing.T) {
+	t.Parallel()
+	const weightX = 2
+	configs := []struct {
+		name string
+		cfg  scheduler.Config
+	}{
+		{name: "defaults"},
+		{name: "quantum of two batches", cfg: scheduler.Config{Quantum: 1000, MaxBatch: 500}},
+		{name: "4 lone rounds", cfg: scheduler.Config{Quantum: 500, MaxBatch: 2000, LoneRounds: 4}},
+	}
+	type env struct {
+		s       *scheduler.Scheduler
+		d       *syncDispatcher
+		round   int   // grants in a round of the backlogged keys
+		quantum int64 // x's quantum: weightX·Quantum
+	}
+	tests := []struct {
+		name string
+		// prepare brings x, idle, to the state the case is about, and
+		// returns what makes it active.
+		prepare func(t *testing.T, e env) (activate func())
+		// credit is x's grant's MaxCost when it is the next grant; nil
+		// when it waits: waits is then the number of grants before x's,
+		// given p, the position in the floods' round (grants in a round,
+		// left in the current one, and had by a flood in mid-visit).
+		credit func(quantum int64) int64
+		waits  func(p roundPos) int
+	}{
+		{
+			name:    "unknown",
+			prepare: func(*testing.T, env) func() { return func() {} },
+			credit:  func(q int64) int64 { return q },
+		},
+		{
+			name: "served one event this round",
+			prepare: func(t *testing.T, e env) func() {
+				serveX(t, e.s, e.d, 1)
+				return func() {}
+			},
+			credit: func(q int64) int64 { return q - 1 },
+		},
+		{
+			name: "served one event a round ago",
+			prepare: func(t *testing.T, e env) func() {
+				serveX(t, e.s, e.d, 1)
+				e.d.run(e.round + 1) // not at a round's end, where any key is next
+				return func() {}
+			},
+			credit: func(q int64) int64 { return q },
+		},
+		{
+			name: "became active while blocked",
+			prepare: func(_ *testing.T, e env) func() {
+				e.s.SetBlocked(key("x"), true)
+				e.s.SetBacklog(key("x"), 1, weightX)
+				e.d.run(3)
+				return func() { e.s.SetBlocked(key("x"), false) }
+			},
+			credit: func(q int64) int64 { return q },
+		},
+		{
+			name: "blocked while waiting as a new flow",
+			prepare: func(_ *testing.T, e env) func() {
+				e.s.SetBacklog(key("x"), 1, weightX)
+				e.s.SetBlocked(key("x"), true)
+				e.d.run(3)
+				return func() { e.s.SetBlocked(key("x"), false) }
+			},
+			credit: func(q int64) int64 { return q },
+		},
+		{
+			// The dispatcher's failed slot: SetBlocked, then Done(k, 0, 0).
+			name: "slot taken when granted as a new flow",
+			prepare: func(t *testing.T, e env) func() {
+				e.s.SetBacklog(key("x"), 1, weightX)
+				g, ok := e.s.Next()
+				if !ok || g.Key.Tenant != "x" {
+					t.Fatalf("x not granted at once as a new flow: %+v", g)
+				}
+				e.s.SetBlocked(key("x"), true)
+				if err := e.s.Done(key("x"), 0, 0); err != nil {
+					t.Fatal(err)
+				}
+				return func() { e.s.SetBlocked(key("x"), false) }
+			},
+			credit: func(q int64) int64 { return q },
+		},
+		{
+			name: "spent this round's quantum",
+			prepare: func(t *testing.T, e env) func() {
+				serveX(t, e.s, e.d, e.quantum)
+				return func() {}
+			},
+			// The next round's tail: behind the floods that ended their
+			// visit this round, ahead of those still to end it.
+			waits: func(p roundPos) int { return p.grants - p.inVisit },
+		},
+		{
+			name: "in debt of half its quantum, a round later",
+			prepare: func(t *testing.T, e env) func() {
+				e.d.cost["x"] = func(int64) int64 { return e.quantum * 3 / 2 }
+				serveX(t, e.s, e.d, 1)
+				e.d.run(e.round)
+				return func() {}
+			},
+			waits: func(p roundPos) int { return p.left },
+		},
+	}
+	for _, c := range configs {
+		cfg := c.cfg.WithDefaults()
+		for _, n := range []int{1, 20, 200} {
+			var visits []int // grants per flood visit, in round order
+			round := 0
+			for i := range n {
+				v := int((int64(floodWeight(i))*cfg.Quantum + int64(cfg.MaxBatch) - 1) / int64(cfg.MaxBatch))
+				visits = append(visits, v)
+				round += v
+			}
+			for _, tc := range tests {
+				positions := []int{0, 1, 2, round / 2}
+				slices.Sort(positions)
+				for _, after := range slices.Compact(positions) {
+					name := fmt.Sprintf("%s/%d backlogged/%s/after %d grants", c.name, n, tc.name, after)
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						s := setup(t, c.cfg)
+						for i := range n {
+							s.SetBacklog(key(fmt.Sprintf("flood%03d", i)), unbounded, floodWeight(i))
+						}
+						d := newSyncDispatcher(t, s)
+						d.run(round) // every flood has had its first visit
+						d.run(after)
+						activate := tc.prepare(t, env{s: s, d: d, round: round, quantum: weightX * cfg.Quantum})
+						pos := floodsAt(t, d.order, visits)
+						activate()
+						s.SetBacklog(key("x"), 1, weightX)
+						grantsBefore := len(d.order)
+						g, ok := d.step()
+						if !ok {
+							t.Fatal("Next: nothing dispatchable")
+						}
+						if tc.credit == nil {
+							want := tc.waits(pos)
+							for waited := 0; g.Key.Tenant != "x"; waited++ {
+								if waited == want {
+									t.Fatalf("x not granted after %d grants, want its turn in the rounds after %d", waited+1, want)
+								}
+								g, _ = d.step()
+							}
+							if got := len(d.order) - 1 - grantsBefore; got != want {
+								t.Fatalf("x granted after %d grants, want its turn in the rounds after %d", got, want)
+							}
+							return
+						}
+						if g.Key.Tenant != "x" {
+							t.Fatalf("next grant went to %s, want the newly active x", g.Key.Tenant)
+						}
+						if want := tc.credit(weightX * cfg.Quantum); g.MaxCost != want {
+							t.Errorf("x granted credit %d, want %d", g.MaxCost, want)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// roundPos is a position in a round of backlogged keys whose grants repeat
+// every round.
+type roundPos struct {
+	grants  int // grants in a round
+	left    int // grants left in the current round
+	inVisit int // grants had by the key in mid-visit (0: at a visit's start)
+}
+
+// floodsAt returns the floods' position in their round after the grants in
+// order: visits[i] is the grants of flood i's visit ("flood%03d"), and
+// grants to other keys are skipped.
+func floodsAt(t *testing.T, order []scheduler.Grant, visits []int) roundPos {
+	t.Helper()
+	p := roundPos{}
+	for _, v := range visits {
+		p.grants += v
+	}
+	last, run := -1, 0 // the latest flood granted, and its grants in a row
+	for i := len(order) - 1; i >= 0; i-- {
+		var f int
+		if _, err := fmt.Sscanf(order[i].Key.Tenant, "flood%03d", &f); err != nil {
+			continue
+		}
+		if last >= 0 && f != last {
+			break
+		}
+		last = f
+		run++
+	}
+	if last < 0 {
+		t.Fatal("no flood granted yet")
+	}
+	p.inVisit = run % visits[last]
+	into := p.inVisit
+	for _, v := range visits[:last+1] {
+		into += v
+	}
+	if p.inVisit > 0 {
+		into -= visits[last]
+	}
+	p.left = (p.grants - into) % p.grants
+	return p
+}
+
+// floodWeight is the weight of the i-th backlogged key in tests with many:
+// groups of weight 1, 2 and 4.
+func floodWeight(i int) int { return 1 << (i % 3) }
+
+// serveX gives key x (weight 2) a backlog of events and runs grants until
+// x has read them all, so that x ends idle.
+func serveX(t *testing.T, s *scheduler.Scheduler, d *syncDispatcher, events int64) {
+	t.Helper()
+	want := d.events["x"] + events
+	s.SetBacklog(key("x"), events, 2)
+	for d.events["x"] < want {
+		if _, ok := d.step(); !ok {
+			t.Fatal("Next: nothing dispatchable")
+		}
+	}
+}
+
+// TestNewFlowsGainNoShare: a key that empties and becomes active again,
+// over and over, gets no more than its weight's share against keys that
+// are backlogged throughout, however soon it comes back and whatever it
+// brings, and the others keep their shares. A new flow is served first only
+// from its credit for the round, so it cannot take a quantum per return.
+func TestNewFlowsGainNoShare(t *testing.T) {
+	t.Parallel()
+	costCases := []struct {
+		name  string
+		cfg   scheduler.Config
+		cost  map[string]func(int64) int64
+		sizes []int64 // events g brings back each time
+	}{
+		{name: "events", sizes: []int64{1, 250, 500, 1000, 1500}},
+		{name: "events, quantum of two batches", cfg: scheduler.Config{Quantum: 1000, MaxBatch: 500}, sizes: []int64{1, 500, 1000, 2000, 3000}},
+		{
+			// g's events each cost more than its quantum (2000): every
+			// return ends in an overdraft.
+			name: "bytes, overdraft",
+			cfg:  scheduler.Config{Quantum: 1000, MaxBatch: 100},
+			cost: map[string]func(int64) int64{
+				"a": costRange(10, 30), "b": costRange(10, 30), "c": costRange(10, 30), "g": costRange(2500, 4000),
+			},
+			sizes: []int64{1, 2, 4},
+		},
+	}
+	for _, cc := range costCases {
+		for _, size := range cc.sizes {
+			for _, gap := range []int{0, 1, 3} {
+				name := fmt.Sprintf("%s/returns with %d events/after %d other grants", cc.name, size, gap)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					s := setup(t, cc.cfg)
+					s.SetBacklog(key("a"), unbounded, 1)
+					s.SetBacklog(key("b"), unbounded, 2)
+					s.SetBacklog(key("c"), unbounded, 4)
+					s.SetBacklog(key("g"), size, 2)
+					d := newSyncDispatcher(t, s)
+					if cc.cost != nil {
+						d.cost = cc.cost
+					}
+					left, wait := size, -1 // wait: other grants until g returns; -1 while g has backlog
+					returns := 0
+					d.afterGrant = func(g scheduler.Grant, events, _ int64) {
+						if g.Key.Tenant == "g" {
+							if left -= events; left == 0 {
+								wait = gap
+							}
+						} else if wait > 0 {
+							wait--
+						}
+						if wait == 0 {
+							s.SetBacklog(key("g"), size, 2)
+							left, wait = size, -1
+							returns++
+						}
+					}
+					d.run(6000)
+					got := shares(d.costs)
+					t.Logf("cost shares over 6000 grants, g back %d times: %v", returns, fmtShares(got))
+					if want := 2.0 / 9; got["g"] > want*1.05 {
+						t.Errorf("g's share %.4f exceeds its weight's %.4f +5%%", got["g"], want)
+					}
+					floods := shares(map[string]int64{"a": d.costs["a"], "b": d.costs["b"], "c": d.costs["c"]})
+					checkShares(t, floods, map[string]float64{"a": 1.0 / 7, "b": 2.0 / 7, "c": 4.0 / 7}, 0.05)
+					if returns < 10 {
+						t.Errorf("g came back %d times: the case does not exercise returns", returns)
+					}
+				})
+			}
+		}
 	}
 }

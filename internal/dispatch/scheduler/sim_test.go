@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"container/heap"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -20,6 +21,8 @@ type simArrival struct {
 	at     int64 // ms
 	tenant string
 	events int64
+
+	grants int64 // grants handed out before it arrived (simulateFair sets it)
 }
 
 type simTenant struct {
@@ -34,7 +37,10 @@ type simTenant struct {
 	dispatched int64
 	batches    int
 	worstWait  int64 // ms from an event's arrival to the start of its batch
-	lastDone   int64 // ms at which its last batch completed
+	// worstWaitGrants is the most grants handed out between an event's
+	// arrival and its batch's grant.
+	worstWaitGrants int64
+	lastDone        int64 // ms at which its last batch completed
 }
 
 type completion struct {
@@ -94,10 +100,11 @@ func simulateFair(t testing.TB, cfg simConfig) simResult {
 	}
 
 	var (
-		done completions
-		busy int
-		now  int64
-		res  = simResult{tenants: tenants}
+		done   completions
+		busy   int
+		now    int64
+		grants int64 // handed out so far
+		res    = simResult{tenants: tenants}
 	)
 	dispatch := func() {
 		for busy < cfg.workers {
@@ -114,6 +121,7 @@ func simulateFair(t testing.TB, cfg simConfig) simResult {
 			for left := n; left > 0; {
 				r := &tn.runs[0]
 				tn.worstWait = max(tn.worstWait, now-r.at)
+				tn.worstWaitGrants = max(tn.worstWaitGrants, grants-r.grants)
 				take := min(left, r.events)
 				r.events -= take
 				left -= take
@@ -121,6 +129,7 @@ func simulateFair(t testing.TB, cfg simConfig) simResult {
 					tn.runs = tn.runs[1:]
 				}
 			}
+			grants++
 			tn.queued -= n
 			tn.dispatched += n
 			tn.batches++
@@ -169,6 +178,7 @@ func simulateFair(t testing.TB, cfg simConfig) simResult {
 		}
 		for len(arrivals) > 0 && arrivals[0].at == now {
 			a := arrivals[0]
+			a.grants = grants
 			arrivals = arrivals[1:]
 			tn := tenants[a.tenant]
 			tn.runs = append(tn.runs, a)
@@ -370,6 +380,84 @@ func TestSimNoisyTenant(t *testing.T) {
 			if bound := int64((1+small)/workers+2) * applyMS; fairWait > bound {
 				t.Errorf("fair worst wait %d ms exceeds one round (%d ms)", fairWait, bound)
 			}
+		})
+	}
+}
+
+// TestSimSparseFlows: N flooding tenants of weights 1, 2 and 4, backlogged
+// throughout, saturate a pool of workers, and 100 small tenants send a few
+// events now and then, in episodes of three sends 100-300 ms apart (within
+// one round at N = 200, across several at N = 20). Every small event is
+// dispatched within a few grants of its arrival, not after the floods'
+// round, and the floods share the pool by their weights.
+func TestSimSparseFlows(t *testing.T) {
+	t.Parallel()
+	const (
+		workers   = 8
+		applyMS   = 20
+		horizonMS = 60_000
+		sparse    = 100
+		episodes  = 2 // per small tenant
+		sends     = 3 // per episode
+		// maxWaitGrants bounds a small event's wait: the small tenants
+		// ahead of it in the new-flows list, a few at most at these rates
+		// (about 10 sends a second against 400 grants).
+		maxWaitGrants = 3
+	)
+	for _, n := range []int{20, 200} {
+		t.Run(fmt.Sprintf("%d floods", n), func(t *testing.T) {
+			t.Parallel()
+			cfg := simConfig{workers: workers, applyMS: applyMS, horizon: horizonMS}
+			var weights int64
+			for i := range n {
+				name := fmt.Sprintf("flood%03d", i)
+				cfg.tenants = append(cfg.tenants, simTenant{name: name, weight: floodWeight(i), limit: workers})
+				cfg.arrivals = append(cfg.arrivals, simArrival{at: 0, tenant: name, events: unbounded})
+				weights += int64(floodWeight(i))
+			}
+			// With cost = events = Quantum = MaxBatch, a round is one grant
+			// per weight unit.
+			roundMS := weights * applyMS / workers
+			r := rand.New(rand.NewPCG(uint64(n), 7))
+			for i := range sparse {
+				name := fmt.Sprintf("small%03d", i)
+				cfg.tenants = append(cfg.tenants, simTenant{name: name, weight: 1, limit: 2})
+				for range episodes {
+					// After the floods' first round (they start as new
+					// flows too), ending before the horizon.
+					at := 2*roundMS + r.Int64N(horizonMS-2*roundMS-sends*300)
+					for range sends {
+						cfg.arrivals = append(cfg.arrivals, simArrival{at: at, tenant: name, events: 1 + r.Int64N(5)})
+						at += 100 + r.Int64N(201)
+					}
+				}
+			}
+			res := simulateFair(t, cfg)
+
+			var worstGrants, worstMS int64
+			floods := map[string]int64{}
+			want := map[string]float64{}
+			for name, tn := range res.tenants {
+				if tn.limit == 2 {
+					if tn.queued > 0 {
+						t.Errorf("%s: %d events never dispatched", name, tn.queued)
+					}
+					worstGrants = max(worstGrants, tn.worstWaitGrants)
+					worstMS = max(worstMS, tn.worstWait)
+					continue
+				}
+				floods[name] = tn.dispatched
+				want[name] = float64(tn.weight) / float64(weights)
+			}
+			t.Logf("round %d ms (%d grants); small tenants' worst wait: %d grants, %d ms", roundMS, weights, worstGrants, worstMS)
+			if worstGrants > maxWaitGrants {
+				t.Errorf("a small event waited %d grants, want at most %d (a round is %d)", worstGrants, maxWaitGrants, weights)
+			}
+			// A worker comes free within one apply time.
+			if worstMS > applyMS {
+				t.Errorf("a small event waited %d ms, want at most %d", worstMS, applyMS)
+			}
+			checkShares(t, shares(floods), want, 0.05)
 		})
 	}
 }
