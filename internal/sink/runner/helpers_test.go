@@ -218,7 +218,19 @@ func (e *env) fastConfig() *runner.Config {
 // start runs a runner until the test ends.
 func (e *env) start(s sink.Sink, cfg *runner.Config) (*runner.Runner, *prometheus.Registry) {
 	e.t.Helper()
-	reg := prometheus.NewRegistry()
+	r, reg, stop := e.launch(s, cfg)
+	e.t.Cleanup(func() {
+		if err := stop(); err != nil {
+			e.t.Errorf("Run: %v", err)
+		}
+	})
+	return r, reg
+}
+
+// launch runs a runner until stop, which returns what Run returned.
+func (e *env) launch(s sink.Sink, cfg *runner.Config) (r *runner.Runner, reg *prometheus.Registry, stop func() error) {
+	e.t.Helper()
+	reg = prometheus.NewRegistry()
 	r, err := runner.New(context.Background(), runner.Deps{JetStream: e.js, Sink: s, Leases: e.store, Registry: reg}, cfg)
 	if err != nil {
 		e.t.Fatalf("runner.New: %v", err)
@@ -226,13 +238,10 @@ func (e *env) start(s sink.Sink, cfg *runner.Config) (*runner.Runner, *prometheu
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	e.t.Cleanup(func() {
+	return r, reg, func() error {
 		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("Run: %v", err)
-		}
-	})
-	return r, reg
+		return <-done
+	}
 }
 
 // eventually polls cond until it returns nil, failing the test with its
@@ -381,7 +390,3 @@ var errMystery = errors.New("mystery failure")
 
 // runnerBackoffSlow makes a retry wait far longer than any test.
 var runnerBackoffSlow = runner.Backoff{Initial: time.Hour, Max: time.Hour, MaxElapsed: 2 * time.Hour}
-
-func newRunner(e *env, s sink.Sink, cfg *runner.Config) (*runner.Runner, error) {
-	return runner.New(context.Background(), runner.Deps{JetStream: e.js, Sink: s, Leases: e.store, Registry: prometheus.NewRegistry()}, cfg)
-}
