@@ -42,9 +42,11 @@ func benchEvents(n int) []events.Event {
 // worker pool without fairway does), and the whole runtime applying work
 // items of 500 events (Concurrency 4): fetch, direct-get read, decode,
 // apply, lease release, ack — the items carrying their events' store
-// times as the dispatcher's do ("runner": bodies read without headers)
-// and without ("runner_headers"). Reports events/s for each. JetStream
-// runs in a process of its own (testenv.BenchNATS).
+// times ("runner": bodies read without headers), without them
+// ("runner_headers"), or carrying the events themselves as the
+// dispatcher's items cut from its doorbell do ("runner_carried": nothing
+// read from PRODUCTS). Reports events/s for each. JetStream runs in a
+// process of its own (testenv.BenchNATS).
 func BenchmarkApply(b *testing.B) {
 	b.Run("bare", func(b *testing.B) {
 		e := setup(b)
@@ -78,8 +80,9 @@ func BenchmarkApply(b *testing.B) {
 		b.ReportMetric(float64(b.N*benchItem)/b.Elapsed().Seconds(), "events/s")
 	})
 	b.Run("consumer", benchConsumer)
-	b.Run("runner", func(b *testing.B) { benchRunner(b, true) })
-	b.Run("runner_headers", func(b *testing.B) { benchRunner(b, false) })
+	b.Run("runner", func(b *testing.B) { benchRunner(b, "runner") })
+	b.Run("runner_headers", func(b *testing.B) { benchRunner(b, "runner-headers") })
+	b.Run("runner_carried", func(b *testing.B) { benchRunner(b, "runner-carried") })
 }
 
 // benchConsumer is the same writes without fairway's runtime: the same
@@ -146,11 +149,12 @@ func benchConsumer(b *testing.B) {
 	b.ReportMetric(float64(b.N*benchItem)/b.Elapsed().Seconds(), "events/s")
 }
 
-// benchRunner: items with store times, as the dispatcher cuts them from
-// its doorbell (read without headers), or without (read with headers).
-func benchRunner(b *testing.B, timed bool) {
+// benchRunner: items of the given name's kind: with store times
+// ("runner", read without headers), without ("runner-headers", read with
+// headers) or carrying their events ("runner-carried", not read).
+func benchRunner(b *testing.B, name string) {
 	e := setupBench(b)
-	e.timed = timed
+	e.timed, e.carried = name == "runner", name == "runner-carried"
 	// Every item is dispatched before the runner starts: each holds a slot.
 	for t := range benchTenants {
 		tenant := fmt.Sprintf("t%02d", t)
@@ -170,10 +174,6 @@ func benchRunner(b *testing.B, timed bool) {
 	w := &wrapSink{inner: e.pg}
 	cfg := e.fastConfig()
 	cfg.Concurrency = benchWorkers
-	name := "runner"
-	if !timed {
-		name = "runner-headers"
-	}
 	stopProfile := testenv.ProfileCPU(b, name)
 	b.ResetTimer()
 	e.start(w, cfg)

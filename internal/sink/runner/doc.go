@@ -11,8 +11,11 @@
 //     every Config.InProgressEvery and extends the item's slot lease every
 //     Config.ExtendEvery, so neither expires under a slow but live sink or
 //     while the item waits for an apply slot.
-//  2. Read. The item names a range of PRODUCTS sequences; the events are
-//     read with batched direct gets (work.Reader.ReadItem: a dense range by
+//  2. Read. An item that carries its events' bodies (work.Item.Bodies) is
+//     applied from them, nothing read from PRODUCTS; their headers are
+//     read only when a dead letter or a log line needs them. Any other
+//     item names a range of PRODUCTS sequences whose events are read with
+//     batched direct gets (work.Reader.ReadItem: a dense range by
 //     sequence, a shared one by subject). Events missing from the range
 //     (aged out of PRODUCTS) become one KindRange dead letter; the rest are
 //     applied. An event that does not decode is dead-lettered. Reading

@@ -47,6 +47,10 @@ type env struct {
 	// dispatcher's items cut from its doorbell do, so the runner reads the
 	// events without headers.
 	timed bool
+	// carried: dispatched items carry their events' bodies, as the
+	// dispatcher's items cut from its doorbell do, so the runner reads
+	// nothing from PRODUCTS to apply them.
+	carried bool
 }
 
 func setup(t testing.TB) *env {
@@ -185,11 +189,59 @@ func (e *env) dispatchFrom(tenant, dest string, from uint64, count int, replay b
 	}
 	it := work.Item{Tenant: tenant, Dest: dest, FromSeq: from, ToSeq: to, Count: count, LeaseID: l.ID, Token: l.Token,
 		DispatchedAt: time.Now(), Replay: replay}
-	if e.timed {
+	switch {
+	case e.carried:
+		it.Bodies = e.bodies(tenant, from, to)
+		if len(it.Bodies) != count {
+			e.t.Fatalf("dispatch %s %d..%d: PRODUCTS holds %d of the tenant's events, the test says %d", tenant, from, to, len(it.Bodies), count)
+		}
+		it.FromSeq, it.ToSeq = it.Bodies[0].Seq, it.Bodies[count-1].Seq
+	case e.timed:
 		it.Times = &work.Times{BaseMs: time.Now().UnixMilli(), OffsetsMs: make([]uint32, count)}
 	}
 	e.send(it)
 	return it
+}
+
+// bodies returns tenant's events in PRODUCTS from..to as an item carries
+// them: each event's sequence, store time, the op of its subject and its
+// data.
+func (e *env) bodies(tenant string, from, to uint64) []work.Body {
+	e.t.Helper()
+	all := work.Item{Tenant: tenant, FromSeq: from, ToSeq: to, Count: int(to - from + 1)}
+	stored, err := work.NewReader(e.nc, "").ReadItemHeaders(context.Background(), all)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := make([]work.Body, len(stored))
+	for i, s := range stored {
+		_, op, err := events.ParseSubject(s.Subject)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[i] = work.Body{Seq: s.Seq, StoredMs: s.Time.UnixMilli(), Op: op, Data: s.Data}
+	}
+	return out
+}
+
+// productsReads counts the requests that read PRODUCTS (direct gets and
+// the stream's message gets) made on e's connection from now on, until
+// the test ends.
+func (e *env) productsReads() *atomic.Int64 {
+	e.t.Helper()
+	n := &atomic.Int64{}
+	for _, subj := range []string{"$JS.API.DIRECT.GET." + events.StreamName, "$JS.API.DIRECT.GET." + events.StreamName + ".>",
+		"$JS.API.STREAM.MSG.GET." + events.StreamName} {
+		sub, err := e.nc.Subscribe(subj, func(*nats.Msg) { n.Add(1) })
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
 }
 
 func (e *env) send(it work.Item) {
@@ -218,7 +270,19 @@ func (e *env) fastConfig() *runner.Config {
 // start runs a runner until the test ends.
 func (e *env) start(s sink.Sink, cfg *runner.Config) (*runner.Runner, *prometheus.Registry) {
 	e.t.Helper()
-	reg := prometheus.NewRegistry()
+	r, reg, stop := e.launch(s, cfg)
+	e.t.Cleanup(func() {
+		if err := stop(); err != nil {
+			e.t.Errorf("Run: %v", err)
+		}
+	})
+	return r, reg
+}
+
+// launch runs a runner until stop, which returns what Run returned.
+func (e *env) launch(s sink.Sink, cfg *runner.Config) (r *runner.Runner, reg *prometheus.Registry, stop func() error) {
+	e.t.Helper()
+	reg = prometheus.NewRegistry()
 	r, err := runner.New(context.Background(), runner.Deps{JetStream: e.js, Sink: s, Leases: e.store, Registry: reg}, cfg)
 	if err != nil {
 		e.t.Fatalf("runner.New: %v", err)
@@ -226,13 +290,10 @@ func (e *env) start(s sink.Sink, cfg *runner.Config) (*runner.Runner, *prometheu
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	e.t.Cleanup(func() {
+	return r, reg, func() error {
 		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("Run: %v", err)
-		}
-	})
-	return r, reg
+		return <-done
+	}
 }
 
 // eventually polls cond until it returns nil, failing the test with its
@@ -381,7 +442,3 @@ var errMystery = errors.New("mystery failure")
 
 // runnerBackoffSlow makes a retry wait far longer than any test.
 var runnerBackoffSlow = runner.Backoff{Initial: time.Hour, Max: time.Hour, MaxElapsed: 2 * time.Hour}
-
-func newRunner(e *env, s sink.Sink, cfg *runner.Config) (*runner.Runner, error) {
-	return runner.New(context.Background(), runner.Deps{JetStream: e.js, Sink: s, Leases: e.store, Registry: prometheus.NewRegistry()}, cfg)
-}

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -129,12 +130,50 @@ func (j *job) run(stop, ctx context.Context) string {
 	return j.finish(stop, ctx, len(todo))
 }
 
-// read fills j.stored and j.recs, retrying read errors with backoff. A
+// read fills j.stored and j.recs: from the bodies the item carries, or
+// else from PRODUCTS (readProducts).
+func (j *job) read(stop, ctx context.Context) error {
+	mode := "carried"
+	if j.item.Bodies != nil {
+		j.stored = carriedStored(j.item)
+		j.decode()
+	} else {
+		var err error
+		if mode, err = j.readProducts(stop, ctx); err != nil {
+			return err
+		}
+	}
+	j.r.m.readEvents.WithLabelValues(mode, strconv.FormatBool(j.item.Replay)).Add(float64(len(j.stored)))
+	j.fails = make([]failure, len(j.recs))
+	return nil
+}
+
+// carriedStored returns the bodies an item carries as stored events. Each
+// one's subject is the item tenant's subject of the body's op (PRODUCTS
+// binds one subject per op), so decode checks the body against it as
+// against a subject read from PRODUCTS. Their headers are not carried:
+// fillHeaders reads them when a dead letter or a log line needs them.
+func carriedStored(it work.Item) []work.Stored {
+	subjects := make(map[events.Op]string, 2)
+	out := make([]work.Stored, len(it.Bodies))
+	for i, b := range it.Bodies {
+		subj, ok := subjects[b.Op]
+		if !ok {
+			subj, _ = events.Subject(it.Tenant, b.Op) // valid: work.Decode checked the tenant and every op
+			subjects[b.Op] = subj
+		}
+		out[i] = work.Stored{Seq: b.Seq, Subject: subj, Time: time.UnixMilli(b.StoredMs).UTC(), Data: b.Data}
+	}
+	return out
+}
+
+// readProducts fills j.stored and j.recs from PRODUCTS, retrying read
+// errors with backoff, and says how it read them (bare or headers). A
 // range shorter than dispatched becomes a KindRange letter; an event that
 // does not decode becomes a permanent letter.
-func (j *job) read(stop, ctx context.Context) error {
+func (j *job) readProducts(stop, ctx context.Context) (mode string, err error) {
 	if err := j.readStored(stop, ctx, j.r.reader.ReadItem); err != nil {
-		return err
+		return "", err
 	}
 	bare := len(j.stored) > 0 && j.stored[0].Bare // a read is all bare or all with headers (ReadItem)
 	why := j.decode()
@@ -148,18 +187,15 @@ func (j *job) read(stop, ctx context.Context) error {
 		// (its events are never bare, so decode cannot refuse them again).
 		j.log.Warn("a work item's events read without headers do not match it; reading them with headers", "why", why)
 		if err := j.readStored(stop, ctx, j.r.reader.ReadItemHeaders); err != nil {
-			return err
+			return "", err
 		}
 		j.decode()
 		bare = false
 	}
-	mode := "headers"
 	if bare {
-		mode = "bare"
+		return "bare", nil
 	}
-	j.r.m.readEvents.WithLabelValues(mode, strconv.FormatBool(j.item.Replay)).Add(float64(len(j.stored)))
-	j.fails = make([]failure, len(j.recs))
-	return nil
+	return "headers", nil
 }
 
 // readStored fills j.stored with read, retrying read errors with backoff.
@@ -547,7 +583,7 @@ func (j *job) letter(k int, class, rule, reason string) {
 }
 
 func (j *job) eventLetter(s work.Stored, f failure, class, rule, reason string) dlq.Letter {
-	if s.Bare {
+	if j.headerless(s) {
 		j.fillHeaders()
 		for _, h := range j.stored {
 			if h.Seq == s.Seq {
@@ -644,20 +680,21 @@ func requestIDs(hs iter.Seq[nats.Header]) slog.Attr {
 	return slog.Group("requests", "ids", ids, "count", len(seen))
 }
 
+// headerless says whether s was taken without its headers: read bare, or
+// carried in the item.
+func (j *job) headerless(s work.Stored) bool { return s.Bare || j.item.Bodies != nil }
+
 // fillHeaders reads the headers (subject, request id, the publisher's
-// headers) of events read without them, for a dead letter or a log line
-// that names request ids: the rare paths. Best effort, once: events whose
-// headers cannot be read stay without.
+// headers) of events read without them or carried in the item, for a dead
+// letter or a log line that names request ids: the rare paths. Best
+// effort, once: events whose headers cannot be read (a carried event gone
+// from PRODUCTS) stay without.
 func (j *job) fillHeaders() {
 	if j.headers {
 		return
 	}
 	j.headers = true
-	bare := false
-	for _, s := range j.stored {
-		bare = bare || s.Bare
-	}
-	if !bare {
+	if !slices.ContainsFunc(j.stored, j.headerless) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -671,7 +708,7 @@ func (j *job) fillHeaders() {
 		bySeq[s.Seq] = s
 	}
 	for i, s := range j.stored {
-		if h, ok := bySeq[s.Seq]; ok && s.Bare {
+		if h, ok := bySeq[s.Seq]; ok && j.headerless(s) {
 			s.Subject, s.Header, s.Bare = h.Subject, h.Header, false
 			j.stored[i] = s
 		}

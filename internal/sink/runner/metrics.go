@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 	}, []string{"dest"})
 	readEvents := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fairway_sink_read_events_total",
-		Help: "Events read from PRODUCTS for work items, by how (bare: bodies only, the item carried their store times; headers: with the server's six headers) and whether the item was a replay.",
+		Help: "Events of work items, by how they were read (carried: in the item itself, nothing read from PRODUCTS; bare: from PRODUCTS, bodies only, the item carried their store times; headers: from PRODUCTS with the server's six headers) and whether the item was a replay.",
 	}, []string{"dest", "mode", "replay"})
 	for _, c := range []prometheus.Collector{applied, items, itemSeconds, retries, deadLetters, endToEnd, inFlight, stale, readEvents} {
 		if err := reg.Register(c); err != nil {

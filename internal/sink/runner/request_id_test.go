@@ -21,22 +21,23 @@ import (
 // ingest request ids of the events involved (a bounded list and a count),
 // so a failure in a sink can be traced back to the request that sent it.
 //
-// Items with store times are read without headers; the runner reads the
-// headers of their events when a failure needs them, so the log lines and
-// the dead letter are the same either way.
+// Items with store times are read without headers, and items that carry
+// their events' bodies are not read at all; the runner reads the headers
+// of their events when a failure needs them, so the log lines and the
+// dead letter are the same every way.
 func TestLogsCarryItemAndRequestIDs(t *testing.T) {
 	t.Parallel()
-	for _, timed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("timed=%v", timed), func(t *testing.T) {
+	for _, how := range []string{"headers", "timed", "carried"} {
+		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			testLogsCarryItemAndRequestIDs(t, timed)
+			testLogsCarryItemAndRequestIDs(t, how)
 		})
 	}
 }
 
-func testLogsCarryItemAndRequestIDs(t *testing.T, timed bool) {
+func testLogsCarryItemAndRequestIDs(t *testing.T, how string) {
 	e := setup(t)
-	e.timed = timed
+	e.timed, e.carried = how == "timed", how == "carried"
 	logs := &logBuffer{}
 	cfg := e.fastConfig()
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -464,18 +464,11 @@ func TestShutdownHandsBackRetryingItem(t *testing.T) {
 	}}
 	cfg := e.fastConfig()
 	cfg.Backoff = runnerBackoffSlow
-	r1, err := newRunner(e, w, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r1.Run(ctx) }()
+	_, _, stop := e.launch(w, cfg)
 	e.publish(upsert("acme", "a", 1))
 	e.dispatch("acme", "postgres", 1)
 	<-failing
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if e.rows("acme") != 0 || e.inUse("acme", "postgres") != 1 {
