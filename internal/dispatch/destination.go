@@ -67,8 +67,14 @@ type tenantState struct {
 	// ring before the wait ends (0: not held).
 	backWaited bool
 	backNeed   int
-	live       seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
-	back       seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
+	// backExpect is the tenant's backlog as the start-up scan counted it
+	// from its first waiting event backFirst; backRung how many of those
+	// the backfill has rung so far. While it has not rung them all, a
+	// short grant waits for a batch of them (waitForBackfill).
+	backFirst            uint64
+	backExpect, backRung uint64
+	live                 seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
+	back                 seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
 
 	// A cursor below replayUntil is replaying (tenancy.PairState), at
 	// replayRate events/s (0: Config.ReplayRate; negative: unthrottled),
@@ -476,23 +482,34 @@ func (x *destination) endHold(k scheduler.Key, ts *tenantState, h uint64) {
 
 // backfillWaitMax is how long a grant held back for the start-up backfill
 // (waitForBackfill) waits at most.
-const backfillWaitMax = 20 * time.Millisecond
+const backfillWaitMax = 250 * time.Millisecond
 
-// waitForBackfill holds back, once, a grant that would cut fewer than a
-// batch of events (cut) from the start-up backfill's part of the index
-// while the backfill is still on its way, and reports whether it did: the
-// tenant is back in the rounds once the backfill has rung the rest of a
-// batch of its events, after backfillWaitMax, or at a release of one of
-// its slots, whichever comes first (a hold: holdBack). The next grant cuts
-// whatever is there. Two floods whose events interleave had been cut in
-// batches of about 150 events as the backfill delivered them, a grant, a
-// PostgreSQL statement and a work item each.
+// waitForBackfill holds back a grant that would cut fewer than a batch of
+// events (cut) from the start-up backfill's part of the index while the
+// backfill is still on its way, and reports whether it did: the tenant is
+// back in the rounds once the backfill has rung the rest of a batch of its
+// events, after backfillWaitMax, or at a release of one of its slots,
+// whichever comes first (a hold: holdBack). While the backfill has more of
+// the backlog the start-up scan counted for the tenant to ring, every
+// short grant waits; after that, one does and the next cuts whatever is
+// there. Floods whose events interleave were otherwise cut in short
+// batches at the backfill's pace, a grant, a PostgreSQL statement and a
+// work item each.
 func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int) bool {
 	if cut >= x.size || cursor >= x.d.liveFrom.Load() {
 		return false
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if more := ts.backExpect - min(ts.backRung, ts.backExpect); more > 0 {
+		// The backfill has more of the tenant's backlog to ring: wait for
+		// a batch of it, however often, rather than cut short batches
+		// (a grant, a statement and an item each) at the backfill's pace.
+		x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
+		x.holdBack(k, ts, backfillWaitMax)
+		ts.backNeed = min(x.size-cut, int(min(more, uint64(x.size))))
+		return true
+	}
 	if ts.backWaited { // this tenant's last short grant waited: cut what is there
 		ts.backWaited = false
 		return false
@@ -877,6 +894,9 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, body *heldBo
 	x.mu.Lock()
 	ts := x.state(tenant)
 	if backfill {
+		if seq >= ts.backFirst {
+			ts.backRung++
+		}
 		ts.back.addBody(seq, at, body, indexMaxRuns)
 		switch { // a grant held back for the backfill (waitForBackfill)
 		case ts.backNeed > 1:
@@ -925,6 +945,9 @@ func (x *destination) seed(p tenancy.PairState, backlog, first uint64, dense den
 		last += backlog - 1
 	}
 	ts.lastSeq = max(ts.lastSeq, last)
+	if !x.d.backDone.Load() && ts.backExpect == 0 && first > 0 {
+		ts.backFirst, ts.backExpect = first, backlog
+	}
 	granted := ts.granted
 	if !granted {
 		ts.cursor = p.NextSeq

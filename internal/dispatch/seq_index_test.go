@@ -357,38 +357,61 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	}
 }
 
-// While the start-up backfill is still delivering, a grant that could cut
-// only a short batch from it is held back once, until the backfill has
-// rung the rest of a batch or for backfillWaitMax, so the next grant finds
-// more delivered (two interleaved floods were cut in batches of about 150
-// events, a grant and a work item each); the grant after a wait cuts
-// whatever is there, a full batch is never held, nor is a cursor in the
+// While the start-up backfill is still delivering a tenant's backlog (as
+// the start-up scan counted it), a grant that could cut only a short
+// batch is held back, every time, until the backfill has rung the rest of
+// a batch or for backfillWaitMax: two hundred interleaved floods were
+// otherwise cut in batches of a few dozen events at the backfill's pace, a
+// grant, a statement and a work item each. Once the backfill has rung all
+// of the backlog it counted, a short grant is held once and the next cuts
+// whatever is there. A full batch is never held, nor is a cursor in the
 // doorbell's part of the index.
 func TestWaitForBackfill(t *testing.T) {
 	t.Parallel()
 	x, sched, m, ts, k, grant := soloInBackfill(t)
+	backInRounds := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if g, ok := sched.Next(); ok && g.Key == k {
+				x.mu.Lock()
+				ts.granted = true
+				x.mu.Unlock()
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("solo never back in the rounds after its wait")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	grant()
-	if !x.waitForBackfill(k, ts, 1, 6) {
-		t.Fatal("a grant of 6 events (under a batch of 10) while the backfill delivers: not held back")
-	}
-	if _, ok := sched.Next(); ok {
-		t.Fatal("solo granted again during its wait")
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if g, ok := sched.Next(); ok && g.Key == k {
-			break
+	for i := range 2 { // its counted backlog is still to come: held each time
+		if !x.waitForBackfill(k, ts, 1, 6) {
+			t.Fatalf("short grant %d while the backfill has more of solo's backlog to ring: not held back", i+1)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("solo never back in the rounds after its wait")
+		if _, ok := sched.Next(); ok {
+			t.Fatal("solo granted again during its wait")
 		}
-		time.Sleep(time.Millisecond)
+		backInRounds()
+	}
+	// The backfill rings the whole backlog the scan counted (500 events
+	// from 1, every other sequence here).
+	at := time.Unix(1_764_000_000, 0)
+	for seq := uint64(1); seq < 1000; seq += 2 {
+		x.bell("solo", seq, at, nil, true)
 	}
 	x.mu.Lock()
-	ts.granted = true
+	ts.granted = false
+	_ = sched.Done(k, 0, 500)
 	x.mu.Unlock()
+	grant()
+	if !x.waitForBackfill(k, ts, 1, 6) {
+		t.Fatal("a short grant once the backlog was rung: not held back once")
+	}
+	backInRounds()
 	if x.waitForBackfill(k, ts, 1, 6) {
-		t.Fatal("held back twice in a row; the grant after a wait cuts what is there")
+		t.Fatal("held back twice in a row once the backlog was rung; the grant after a wait cuts what is there")
 	}
 	// That grant dispatches its 6 events and ends.
 	x.mu.Lock()
@@ -407,19 +430,18 @@ func TestWaitForBackfill(t *testing.T) {
 	}
 	// The backfill rings 6 more of solo's events, the rest of a batch:
 	// solo is back in the rounds at once, well before backfillWaitMax.
-	at := time.Unix(1_764_000_000, 0)
-	for seq := uint64(7); seq < 12; seq++ {
+	for seq := uint64(1001); seq < 1011; seq += 2 {
 		x.bell("solo", seq, at, nil, true)
 		if _, ok := sched.Next(); ok {
-			t.Fatalf("solo granted after %d of the 6 events it waits for", seq-6)
+			t.Fatalf("solo granted after %d of the 6 events it waits for", (seq-1001)/2+1)
 		}
 	}
-	x.bell("solo", 12, at, nil, true)
+	x.bell("solo", 1011, at, nil, true)
 	if g, ok := sched.Next(); !ok || g.Key != k {
 		t.Fatalf("after the backfill rang the rest of a batch: grant %+v, %v; want solo's", g, ok)
 	}
-	if got := testutil.ToFloat64(m.backfillWaits.WithLabelValues("postgres")); got != 2 {
-		t.Fatalf("backfill_waits_total %v, want 2", got)
+	if got := testutil.ToFloat64(m.backfillWaits.WithLabelValues("postgres")); got != 4 {
+		t.Fatalf("backfill_waits_total %v, want 4", got)
 	}
 }
 
