@@ -238,7 +238,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 		times      []*work.Times
 		denseTimes chan []*work.Times // learned while the slots are taken
 	)
-	if ok && !backDone && x.waitForBackfill(k, ts, from, sum(counts)) {
+	if !backDone && x.waitForBackfill(k, ts, from, sum(counts), ok) {
 		return
 	}
 	var bodies [][]work.Body
@@ -494,13 +494,19 @@ const backfillWaitMax = 250 * time.Millisecond
 // short grant waits; after that, one does and the next cuts whatever is
 // there. Floods whose events interleave were otherwise cut in short
 // batches at the backfill's pace, a grant, a PostgreSQL statement and a
-// work item each.
-func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int) bool {
-	if cut >= x.size || cursor >= x.d.liveFrom.Load() {
+// work item each. A grant the index can cut nothing for (cutOK false)
+// waits too while more of the tenant's backlog is to be rung, instead of
+// reading PRODUCTS with a subject filter, which costs the server a scan of
+// every other tenant's events in between; otherwise it reads.
+func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int, cutOK bool) bool {
+	if cut >= x.size || cursor >= x.d.liveFrom.Load() || cursor < x.d.backFrom.Load() {
 		return false
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if _, dense := ts.dense.at(cursor); dense && !cutOK {
+		return false // cut by arithmetic, without a read
+	}
 	if more := ts.backExpect - min(ts.backRung, ts.backExpect); more > 0 {
 		// The backfill has more of the tenant's backlog to ring: wait for
 		// a batch of it, however often, rather than cut short batches
@@ -509,6 +515,9 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 		x.holdBack(k, ts, backfillWaitMax)
 		ts.backNeed = min(x.size-cut, int(min(more, uint64(x.size))))
 		return true
+	}
+	if !cutOK {
+		return false // the index knows nothing of it: read
 	}
 	if ts.backWaited { // this tenant's last short grant waited: cut what is there
 		ts.backWaited = false

@@ -387,7 +387,7 @@ func TestWaitForBackfill(t *testing.T) {
 	}
 	grant()
 	for i := range 2 { // its counted backlog is still to come: held each time
-		if !x.waitForBackfill(k, ts, 1, 6) {
+		if cutNothing := i == 1; !x.waitForBackfill(k, ts, 1, 6*(1-i), !cutNothing) {
 			t.Fatalf("short grant %d while the backfill has more of solo's backlog to ring: not held back", i+1)
 		}
 		if _, ok := sched.Next(); ok {
@@ -406,11 +406,14 @@ func TestWaitForBackfill(t *testing.T) {
 	_ = sched.Done(k, 0, 500)
 	x.mu.Unlock()
 	grant()
-	if !x.waitForBackfill(k, ts, 1, 6) {
+	if x.waitForBackfill(k, ts, 1, 0, false) {
+		t.Fatal("a grant the index cuts nothing for, once the backlog was rung: held back instead of read")
+	}
+	if !x.waitForBackfill(k, ts, 1, 6, true) {
 		t.Fatal("a short grant once the backlog was rung: not held back once")
 	}
 	backInRounds()
-	if x.waitForBackfill(k, ts, 1, 6) {
+	if x.waitForBackfill(k, ts, 1, 6, true) {
 		t.Fatal("held back twice in a row once the backlog was rung; the grant after a wait cuts what is there")
 	}
 	// That grant dispatches its 6 events and ends.
@@ -419,13 +422,13 @@ func TestWaitForBackfill(t *testing.T) {
 	_ = sched.Done(k, 6, 494)
 	x.mu.Unlock()
 	grant()
-	if x.waitForBackfill(k, ts, 7, 10) {
+	if x.waitForBackfill(k, ts, 7, 10, true) {
 		t.Fatal("a full batch held back")
 	}
-	if x.waitForBackfill(k, ts, 1001, 3) {
+	if x.waitForBackfill(k, ts, 1001, 3, true) {
 		t.Fatal("a cursor in the doorbell's part held back")
 	}
-	if !x.waitForBackfill(k, ts, 7, 4) {
+	if !x.waitForBackfill(k, ts, 7, 4, true) {
 		t.Fatal("a short grant after one that was not held: not held back")
 	}
 	// The backfill rings 6 more of solo's events, the rest of a batch:
@@ -497,7 +500,7 @@ func TestStaleHoldKeepsLimitBlock(t *testing.T) {
 		start func()
 	}{
 		{"a wait for the backfill", func() {
-			if !x.waitForBackfill(k, ts, 1, 6) {
+			if !x.waitForBackfill(k, ts, 1, 6, true) {
 				t.Fatal("a short grant from the backfill's part not held back")
 			}
 		}},
