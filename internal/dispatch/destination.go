@@ -490,14 +490,17 @@ const backfillWaitMax = 250 * time.Millisecond
 // back in the rounds once the backfill has rung the rest of a batch of its
 // events, after backfillWaitMax, or at a release of one of its slots,
 // whichever comes first (a hold: holdBack). While the backfill has more of
-// the backlog the start-up scan counted for the tenant to ring, every
-// short grant waits; after that, one does and the next cuts whatever is
-// there. Floods whose events interleave were otherwise cut in short
+// the backlog of a batch or more that the start-up scan counted for the
+// tenant to ring, every short grant waits; after that, or for a smaller
+// backlog, one does and the next cuts whatever is there. Floods whose events interleave were otherwise cut in short
 // batches at the backfill's pace, a grant, a PostgreSQL statement and a
 // work item each. A grant the index can cut nothing for (cutOK false)
-// waits too while more of the tenant's backlog is to be rung, instead of
-// reading PRODUCTS with a subject filter, which costs the server a scan of
-// every other tenant's events in between; otherwise it reads.
+// waits too while more of such a backlog is to be rung, instead of reading
+// PRODUCTS with a subject filter, which costs the server a scan of every
+// other tenant's events in between; a tenant with less than a batch
+// counted (few events, in few of the stream's blocks, which the server
+// skips) reads at once, so that its events do not wait for the backfill
+// to reach them.
 func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int, cutOK bool) bool {
 	if cut >= x.size || cursor >= x.d.liveFrom.Load() || cursor < x.d.backFrom.Load() {
 		return false
@@ -507,7 +510,7 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 	if _, dense := ts.dense.at(cursor); dense && !cutOK {
 		return false // cut by arithmetic, without a read
 	}
-	if more := ts.backExpect - min(ts.backRung, ts.backExpect); more > 0 {
+	if more := ts.backExpect - min(ts.backRung, ts.backExpect); more > 0 && ts.backExpect >= uint64(x.size) {
 		// The backfill has more of the tenant's backlog to ring: wait for
 		// a batch of it, however often, rather than cut short batches
 		// (a grant, a statement and an item each) at the backfill's pace.

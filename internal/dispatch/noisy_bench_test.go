@@ -269,9 +269,10 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 
 	d := newDrain(cfg.noisyN)
 	small := func(t string) bool { return !cfg.isNoisy(t) }
-	obs, rec := e.observeWork(tenancy.DestPostgres, small)
+	obs := e.observeTenants(tenancy.DestPostgres, cfg.smalls)
 	sinkStore := e.store("sink")
 	sink := e.startFakeSink(tenancy.DestPostgres, cfg.workers, sinkStore, cfg.isNoisy, d)
+	rec := sink.rec
 	defer sink.stop()
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {

@@ -295,15 +295,40 @@ func (l *itemLog) when(tenant string, seq uint64) (time.Time, bool) {
 func (e *benchEnv) observeWork(dest string, keep func(tenant string) bool) (*itemLog, *itemRecorder) {
 	e.tb.Helper()
 	l, rec := newItemLog(), &itemRecorder{seen: map[string]bool{}}
+	e.observe(work.FilterSubject(dest), func(it work.Item, at time.Time, err error) {
+		rec.add(it, err)
+		if err == nil && keep(it.Tenant) {
+			l.add(it, at)
+		}
+	})
+	return l, rec
+}
+
+// observeTenants is observeWork for the items of tenants only: the
+// floods' items, which carry their events' bodies, are not delivered to
+// the observer too, a cost the pipeline itself does not have.
+func (e *benchEnv) observeTenants(dest string, tenants []string) *itemLog {
+	e.tb.Helper()
+	l := newItemLog()
+	for _, t := range tenants {
+		e.observe(work.Subject(dest, t), func(it work.Item, at time.Time, err error) {
+			if err == nil {
+				l.add(it, at)
+			}
+		})
+	}
+	return l
+}
+
+// observe calls seen for every work item published on subject, as it
+// appears.
+func (e *benchEnv) observe(subject string, seen func(it work.Item, at time.Time, err error)) {
+	e.tb.Helper()
 	nc := e.conn("observer")
-	sub, err := nc.Subscribe(work.FilterSubject(dest), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		at := time.Now()
 		it, err := work.Decode(m.Data)
-		rec.add(it, err)
-		if err != nil || !keep(it.Tenant) {
-			return
-		}
-		l.add(it, at)
+		seen(it, at, err)
 	})
 	if err != nil {
 		e.tb.Fatal(err)
@@ -312,7 +337,6 @@ func (e *benchEnv) observeWork(dest string, keep func(tenant string) bool) (*ite
 	if err := nc.Flush(); err != nil {
 		e.tb.Fatal(err)
 	}
-	return l, rec
 }
 
 // applyCost is the simulated apply time of a batch of n events: a round
@@ -351,6 +375,7 @@ func (d *drain) applied(noisy, small int) {
 // before Apply), decodes them, holds for applyCost(Count), releases the
 // lease and acks. takes logs when a worker took each small tenant's items.
 type fakeSink struct {
+	rec     *itemRecorder // every item, once
 	takes   *itemLog
 	applied *itemLog // when a worker applied each small tenant's items
 	d       *drain
@@ -374,7 +399,7 @@ func (e *benchEnv) startFakeSink(dest string, workers int, st *tenancy.Store, no
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	s := &fakeSink{takes: newItemLog(), applied: newItemLog(), d: d}
+	s := &fakeSink{rec: &itemRecorder{seen: map[string]bool{}}, takes: newItemLog(), applied: newItemLog(), d: d}
 	ctx, cancel := context.WithCancel(e.ctx)
 	var wg sync.WaitGroup
 	for range workers {
@@ -397,6 +422,7 @@ func (e *benchEnv) startFakeSink(dest string, workers int, st *tenancy.Store, no
 func (s *fakeSink) apply(ctx context.Context, m jetstream.Msg, st *tenancy.Store, rd *work.Reader, noisy func(string) bool) {
 	at := time.Now()
 	it, err := work.Decode(m.Data())
+	s.rec.add(it, err)
 	if err != nil {
 		s.errs.Add(1)
 		_ = m.Term()

@@ -138,6 +138,7 @@ func (r *itemRecorder) add(it work.Item, err error) {
 		return
 	}
 	r.seen[id] = true
+	it.Bodies = nil // the ranges are checked; the bodies would pin their messages
 	r.items = append(r.items, it)
 }
 

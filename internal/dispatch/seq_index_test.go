@@ -446,6 +446,12 @@ func TestWaitForBackfill(t *testing.T) {
 	if got := testutil.ToFloat64(m.backfillWaits.WithLabelValues("postgres")); got != 4 {
 		t.Fatalf("backfill_waits_total %v, want 4", got)
 	}
+	// A tenant with less than a batch counted is read at once, however far
+	// the backfill still is from its events.
+	x.seed(tenancy.PairState{Tenant: "tiny", NextSeq: 1, Weight: 1}, 3, 900, denseRun{})
+	if x.waitForBackfill(x.key("tiny"), x.state("tiny"), 1, 0, false) {
+		t.Fatal("a tenant with 3 events counted held back for the backfill")
+	}
 }
 
 // soloInBackfill is a destination (batches of 10) whose start-up backfill
