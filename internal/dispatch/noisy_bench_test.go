@@ -13,6 +13,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/testenv/benchload"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -85,6 +86,7 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 		floods:      testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_TENANTS", 1),
 		dispatchers: benchDispatchers(b),
 		fifoRuns:    testenv.EnvInt(b, "FAIRWAY_BENCH_FIFO_RUNS", 2),
+		live:        testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_LIVE", 0) == 1,
 	}
 	if cfg.fifoRuns > 2 {
 		b.Fatalf("FAIRWAY_BENCH_FIFO_RUNS=%d: want 1 (after fairway) or 2 (before and after)", cfg.fifoRuns)
@@ -130,6 +132,9 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 	}
 	b.ReportMetric(float64(cfg.dispatchers), "dispatchers")
 	b.ReportMetric(float64(cfg.floods), "noisy_tenants")
+	if cfg.live {
+		b.ReportMetric(1, "live")
+	}
 	b.ReportMetric(fair.cpuPct, "fair_drain_cpu_pct")
 	b.ReportMetric(fair.noisyPerSec, "fair_noisy_events_per_s")
 	b.ReportMetric(fair.totalPerSec, "fair_events_per_s")
@@ -157,10 +162,11 @@ type noisyConfig struct {
 	small       int
 	perSec      float64
 	workers     int
-	limit       int // the noisy tenant's slot limit
-	floods      int // noisy tenants sharing the backlog, their events interleaved
-	dispatchers int // fairway dispatchers side by side
-	fifoRuns    int // FIFO runs: 1 (after fairway) or 2 (before and after)
+	limit       int  // the noisy tenant's slot limit
+	floods      int  // noisy tenants sharing the backlog, their events interleaved
+	dispatchers int  // fairway dispatchers side by side
+	fifoRuns    int  // FIFO runs: 1 (after fairway) or 2 (before and after)
+	live        bool // the backlog is published from the clock start on, not before
 	smalls      []string
 }
 
@@ -203,8 +209,28 @@ func (c noisyConfig) isNoisy(tenant string) bool { return strings.HasPrefix(tena
 // publishBacklog publishes the noisy backlog, its tenants' events
 // alternating one by one.
 func (c noisyConfig) publishBacklog(e *benchEnv) {
+	if c.live {
+		return // published from the clock start on: startLive
+	}
 	ts := c.noisyTenants()
 	e.publishBulk(c.noisyN, 4, func(i int) string { return ts[i%len(ts)] })
+	testenv.SyncDisk() // its writeback could fall into the next run's drain
+}
+
+// startLive publishes the floods' events as fast as 4 publishers go, from
+// now on, when the backlog is live (FAIRWAY_BENCH_NOISY_LIVE=1): the
+// pipeline drains them while they arrive.
+func (c noisyConfig) startLive(b *testing.B, e *benchEnv) {
+	if !c.live {
+		return
+	}
+	ts := c.noisyTenants()
+	pubs := e.bulkPublishers(4)
+	go func() {
+		if _, _, err := benchload.Publish(e.ctx, pubs, c.noisyN, func(i int) string { return ts[i%len(ts)] }); err != nil && e.ctx.Err() == nil {
+			b.Errorf("publish the live floods: %v", err)
+		}
+	}()
 }
 
 // finish waits for the trickle, the noisy drain and every small event to be
@@ -265,7 +291,6 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	start := time.Now()
 	cfg.publishBacklog(e)
 	r.publish = time.Since(start)
-	testenv.SyncDisk() // its writeback could fall into the next run's drain
 
 	d := newDrain(cfg.noisyN)
 	small := func(t string) bool { return !cfg.isNoisy(t) }
@@ -303,6 +328,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 		}
 	})
 	reps.start(b, runCtx, &wg, 1)
+	cfg.startLive(b, e)
 	drainCPU := cpuUntil(b, d.done)
 	split := e.cpuSplit(d.done)
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
@@ -416,7 +442,6 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig, name string) no
 	start := time.Now()
 	cfg.publishBacklog(e)
 	r.publish = time.Since(start)
-	testenv.SyncDisk() // its writeback could fall into the next run's drain
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {
 		b.Fatal(err)
@@ -429,6 +454,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig, name string) no
 	split := e.cpuSplit(d.done)
 	pool := e.startFIFO(cfg.workers, 500, cfg.isNoisy, d)
 	defer pool.stop()
+	cfg.startLive(b, e)
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
 	stopProfile()

@@ -140,7 +140,15 @@ func (e *benchEnv) close() {
 // own connection and events.Publisher; tenantOf(i) names event i's tenant.
 func (e *benchEnv) publishBulk(n, publishers int, tenantOf func(i int) string) {
 	e.tb.Helper()
-	pubs := make([]*events.Publisher, publishers)
+	if _, _, err := benchload.Publish(e.ctx, e.bulkPublishers(publishers), n, tenantOf); err != nil {
+		e.tb.Fatalf("publish: %v", err)
+	}
+}
+
+// bulkPublishers returns n publishers, each on a connection of its own.
+func (e *benchEnv) bulkPublishers(n int) []*events.Publisher {
+	e.tb.Helper()
+	pubs := make([]*events.Publisher, n)
 	for p := range pubs {
 		pub, err := events.NewPublisher(e.js(e.conn(fmt.Sprintf("bulk-%d", p))))
 		if err != nil {
@@ -148,9 +156,7 @@ func (e *benchEnv) publishBulk(n, publishers int, tenantOf func(i int) string) {
 		}
 		pubs[p] = pub
 	}
-	if _, _, err := benchload.Publish(e.ctx, pubs, n, tenantOf); err != nil {
-		e.tb.Fatalf("publish: %v", err)
-	}
+	return pubs
 }
 
 // pubRec is one small-tenant event: its PRODUCTS sequence and when its
