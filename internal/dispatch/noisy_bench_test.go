@@ -25,7 +25,7 @@ import (
 //     events queued before the clock starts (published by 4 publishers).
 //     Queued while nobody else published, they are one run of the
 //     tenant's own sequences, which the dispatcher cuts by arithmetic.
-//     FAIRWAY_BENCH_NOISY_TENANTS=N (default 1) splits the same backlog
+//     FAIRWAY_BENCH_NOISY_TENANTS=N (default: the matrix below) splits the same backlog
 //     between N noisy tenants ("noisy", "noisy2", ...) whose events
 //     alternate one by one, as two catalogs imported at once would: no
 //     backlog is one run then, and the dispatcher cuts it from the
@@ -75,6 +75,11 @@ import (
 // machine through fairway's run and logs the stalls (stallProbe).
 //
 // Run: go test -run '^$' -bench BenchmarkNoisyNeighbor -benchtime 1x ./internal/dispatch/
+//
+// Without FAIRWAY_BENCH_NOISY_TENANTS it runs the matrix: 1, 20, 200 and
+// 2,000 flooding tenants, each with the backlog queued before the clock
+// (backlog) and published from the clock start on (live), one
+// sub-benchmark each, FIFO in the same sub-benchmark.
 func BenchmarkNoisyNeighbor(b *testing.B) {
 	cfg := noisyConfig{
 		noisyN:      testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 1_000_000),
@@ -83,11 +88,30 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 		perSec:      5,
 		workers:     16,
 		limit:       testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_LIMIT", 16),
-		floods:      testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_TENANTS", 1),
+		floods:      testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_TENANTS", 0),
 		dispatchers: benchDispatchers(b),
 		fifoRuns:    testenv.EnvInt(b, "FAIRWAY_BENCH_FIFO_RUNS", 2),
 		live:        testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_LIVE", 0) == 1,
 	}
+	if cfg.floods > 0 {
+		runNoisy(b, cfg)
+		return
+	}
+	for _, floods := range []int{1, 20, 200, 2000} {
+		for _, live := range []bool{false, true} {
+			c := cfg
+			c.floods, c.live = floods, live
+			name := fmt.Sprintf("floods=%d/backlog", floods)
+			if live {
+				name = fmt.Sprintf("floods=%d/live", floods)
+			}
+			b.Run(name, func(b *testing.B) { runNoisy(b, c) })
+		}
+	}
+}
+
+// runNoisy is one run of BenchmarkNoisyNeighbor: FIFO and fairway on cfg.
+func runNoisy(b *testing.B, cfg noisyConfig) {
 	if cfg.fifoRuns > 2 {
 		b.Fatalf("FAIRWAY_BENCH_FIFO_RUNS=%d: want 1 (after fairway) or 2 (before and after)", cfg.fifoRuns)
 	}
