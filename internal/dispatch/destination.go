@@ -243,8 +243,7 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 	}
 	var bodies [][]work.Body
 	if ok {
-		times = x.indexTimes(ts, ranges, counts)
-		bodies = x.indexBodies(ts, ranges, counts)
+		times, bodies = x.indexCarry(ts, ranges, counts)
 	}
 	// A dense run comes before the replay feed: its times come from a few
 	// direct gets per grant (denseTimes), where the feed's consumer
@@ -386,6 +385,8 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 			carrying.Bodies, carrying.Seqs, carrying.Times = bodies[i], nil, nil
 			if carrying.EncodedSize() <= d.maxItem {
 				it = carrying
+			} else { // too large to carry: the sink reads it, bare
+				it.Times = bodyTimes(bodies[i])
 			}
 		}
 		if it.Replay {
@@ -754,36 +755,41 @@ func cut(msgs []work.Stored, size int) (ranges []tenancy.Range, counts []int, li
 	return ranges, counts, lists
 }
 
-// indexTimes returns, per batch cut from the index, its events' store
-// times (nil for a batch the index does not know them all of). The index
-// still holds what take handed out: only take trims it, and this tenant's
-// next take waits for this grant to end.
-func (x *destination) indexTimes(ts *tenantState, ranges []tenancy.Range, counts []int) []*work.Times {
-	times := make([]*work.Times, len(ranges))
+// indexCarry returns, per batch cut from the index, the bodies its
+// events carry to the sink, or, for a batch the index does not hold every
+// body of (that item is read from PRODUCTS), its events' store times (nil
+// when the index does not know them all either). The index still holds
+// what take handed out: only take trims it, and this tenant's next take
+// waits for this grant to end.
+func (x *destination) indexCarry(ts *tenantState, ranges []tenancy.Range, counts []int) (times []*work.Times, bodies [][]work.Body) {
+	times, bodies = make([]*work.Times, len(ranges)), make([][]work.Body, len(ranges))
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for i, r := range ranges {
+		for _, ix := range []*seqIndex{&ts.live, &ts.back} {
+			if bodies[i] = ix.bodies(r.From, r.To, counts[i]); bodies[i] != nil {
+				break
+			}
+		}
+		if bodies[i] != nil {
+			continue
+		}
 		if times[i] = ts.live.times(r.From, r.To, counts[i]); times[i] == nil {
 			times[i] = ts.back.times(r.From, r.To, counts[i])
 		}
 	}
-	return times
+	return times, bodies
 }
 
-// indexBodies returns, per batch cut from the index, the bodies its
-// events carry to the sink (nil for a batch the index does not hold them
-// all of: that item is read from PRODUCTS). Like indexTimes it runs before
-// the grant ends.
-func (x *destination) indexBodies(ts *tenantState, ranges []tenancy.Range, counts []int) [][]work.Body {
-	out := make([][]work.Body, len(ranges))
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for i, r := range ranges {
-		if out[i] = ts.live.bodies(r.From, r.To, counts[i]); out[i] == nil {
-			out[i] = ts.back.bodies(r.From, r.To, counts[i])
+// bodyTimes returns the store times of the events of bodies.
+func bodyTimes(bodies []work.Body) *work.Times {
+	t := &work.Times{BaseMs: bodies[0].StoredMs, OffsetsMs: make([]uint32, 0, len(bodies))}
+	for _, b := range bodies {
+		if !t.Add(b.StoredMs) {
+			return nil
 		}
 	}
-	return out
+	return t
 }
 
 // cutTimes returns the store times of the batches cut reads from msgs

@@ -242,6 +242,14 @@ func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 	return oldest
 }
 
+// doorbellPull is how many messages the doorbell asks for at a time. It
+// follows every event of the stream, floods' included, so it asks for
+// more than a consumer's default (500), whose pull refilled half-way is a
+// round trip every 250 events: while floods are published, every event
+// behind the doorbell's lag waits, a small tenant's too
+// (BenchmarkNoisyNeighbor, live floods: docs/benchmarks.md).
+const doorbellPull = 4096
+
 // startDoorbell starts an ordered, headers-only, ephemeral consumer on
 // the whole stream from sequence from, whose every message says "tenant has an
 // event at this sequence". With until 0 it is the doorbell, the one
@@ -317,7 +325,7 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 		if backfill && seq == until {
 			once.Do(func() { close(reached) })
 		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(doorbellPull), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		d.log.Debug("doorbell consumer", "backfill", backfill, "err", err)
 	}))
 	if err != nil {

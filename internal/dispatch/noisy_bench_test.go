@@ -68,7 +68,9 @@ import (
 // processes would (replicas_bench_test.go); the grant timings then cover
 // the first one's grants only. FAIRWAY_BENCH_CONCURRENCY and
 // FAIRWAY_BENCH_QUANTUM set the dispatchers' Config.Concurrency and
-// Config.Quantum (default: the Config's defaults). fairway's work items
+// Config.Quantum (default: the Config's defaults), FAIRWAY_BENCH_BODY_BUDGET
+// Config.BodyBudget (-1: no bodies carried) and FAIRWAY_BENCH_DEEP_WORK=1
+// Config.DeepWork (no work window). fairway's work items
 // are checked to cover every event exactly once.
 //
 // FAIRWAY_BENCH_PROBE=1 times small operations on each part of the
@@ -160,6 +162,7 @@ func runNoisy(b *testing.B, cfg noisyConfig) {
 		b.ReportMetric(1, "live")
 	}
 	b.ReportMetric(fair.cpuPct, "fair_drain_cpu_pct")
+	b.ReportMetric(fair.orphans, "fair_orphans")
 	b.ReportMetric(fair.noisyPerSec, "fair_noisy_events_per_s")
 	b.ReportMetric(fair.totalPerSec, "fair_events_per_s")
 	b.ReportMetric(fifo.noisyPerSec, "fifo_noisy_events_per_s")
@@ -210,6 +213,7 @@ type noisyResult struct {
 	appliedMiss int
 	errs        int64
 	cpuPct      float64 // fairway only: the machine's busy CPU share, clock start → drained
+	orphans     float64 // fairway only: batches re-dispatched after their lease expired
 }
 
 const noisyTenant = "noisy"
@@ -328,7 +332,8 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 		b.Fatal(err)
 	}
 	reps := e.newReplicas(cfg.dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench",
-		Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0), Quantum: int64(testenv.EnvInt(b, "FAIRWAY_BENCH_QUANTUM", 0))})
+		Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0), Quantum: int64(testenv.EnvInt(b, "FAIRWAY_BENCH_QUANTUM", 0)),
+		BodyBudget: int64(testenv.EnvInt(b, "FAIRWAY_BENCH_BODY_BUDGET", 0)), DeepWork: testenv.EnvInt(b, "FAIRWAY_BENCH_DEEP_WORK", 0) == 1})
 	disp := reps.ds[0]
 	cyc := &grantCycle{tenant: noisyTenant}
 	hops := newHopLog(small)
@@ -369,6 +374,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	}
 	r.errs = sink.errs.Load()
 	readN, _ := reps.sum(b, "fairway_dispatcher_read_events_total")
+	r.orphans, _ = reps.sum(b, "fairway_dispatcher_recovered_total")
 	b.Logf("fairway: the items carried %d events; the sink read %d events without headers, %d with; grants by source %v, the dispatcher read %.0f events",
 		sink.carried.Load(), sink.bare.Load(), sink.hdrs.Load(), reps.bySource(b), readN)
 	if r.errs > 0 {
