@@ -81,7 +81,8 @@ import (
 // Without FAIRWAY_BENCH_NOISY_TENANTS it runs the matrix: 1, 20, 200 and
 // 2,000 flooding tenants, each with the backlog queued before the clock
 // (backlog) and published from the clock start on (live), one
-// sub-benchmark each, FIFO in the same sub-benchmark.
+// sub-benchmark each, FIFO in the same sub-benchmark; the backlog is then
+// 400,000 events unless FAIRWAY_BENCH_NOISY_EVENTS says otherwise.
 func BenchmarkNoisyNeighbor(b *testing.B) {
 	cfg := noisyConfig{
 		noisyN:      testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 1_000_000),
@@ -99,6 +100,7 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 		runNoisy(b, cfg)
 		return
 	}
+	cfg.noisyN = testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 400_000) // eight runs
 	for _, floods := range []int{1, 20, 200, 2000} {
 		for _, live := range []bool{false, true} {
 			c := cfg
