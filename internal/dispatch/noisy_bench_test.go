@@ -69,8 +69,8 @@ import (
 // the first one's grants only. FAIRWAY_BENCH_CONCURRENCY and
 // FAIRWAY_BENCH_QUANTUM set the dispatchers' Config.Concurrency and
 // Config.Quantum (default: the Config's defaults), FAIRWAY_BENCH_BODY_BUDGET
-// Config.BodyBudget (-1: no bodies carried) and FAIRWAY_BENCH_DEEP_WORK=1
-// Config.DeepWork (no work window). fairway's work items
+// Config.BodyBudget in bytes (FAIRWAY_BENCH_NO_BODIES=1: none carried) and
+// FAIRWAY_BENCH_DEEP_WORK=1 Config.DeepWork (no work window). fairway's work items
 // are checked to cover every event exactly once.
 //
 // FAIRWAY_BENCH_PROBE=1 times small operations on each part of the
@@ -335,7 +335,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	}
 	reps := e.newReplicas(cfg.dispatchers, dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench",
 		Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0), Quantum: int64(testenv.EnvInt(b, "FAIRWAY_BENCH_QUANTUM", 0)),
-		BodyBudget: int64(testenv.EnvInt(b, "FAIRWAY_BENCH_BODY_BUDGET", 0)), DeepWork: testenv.EnvInt(b, "FAIRWAY_BENCH_DEEP_WORK", 0) == 1})
+		BodyBudget: benchBodyBudget(b), DeepWork: testenv.EnvInt(b, "FAIRWAY_BENCH_DEEP_WORK", 0) == 1})
 	disp := reps.ds[0]
 	cyc := &grantCycle{tenant: noisyTenant}
 	hops := newHopLog(small)
@@ -658,4 +658,13 @@ func BenchmarkManyTenants(b *testing.B) {
 	if sink.errs.Load() > 0 {
 		b.Errorf("%d sink errors", sink.errs.Load())
 	}
+}
+
+// benchBodyBudget is the dispatchers' Config.BodyBudget:
+// FAIRWAY_BENCH_BODY_BUDGET bytes, or none with FAIRWAY_BENCH_NO_BODIES=1.
+func benchBodyBudget(b *testing.B) int64 {
+	if testenv.EnvInt(b, "FAIRWAY_BENCH_NO_BODIES", 0) == 1 {
+		return -1
+	}
+	return int64(testenv.EnvInt(b, "FAIRWAY_BENCH_BODY_BUDGET", 0))
 }
