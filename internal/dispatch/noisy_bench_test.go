@@ -58,8 +58,7 @@ import (
 // Throughput: events applied from the clock start until the last noisy
 // event is applied, divided by that time. Both runs apply the same events.
 // FIFO runs before and after fairway, on fresh servers, and fairway is
-// compared with their mean (FAIRWAY_BENCH_FIFO_RUNS=1: after only, as
-// before the ninth session); fifo_spread is how far the two FIFO runs
+// compared with their mean (FAIRWAY_BENCH_FIFO_RUNS=1: after only); fifo_spread is how far the two FIFO runs
 // differ, relative to their mean: the drift of the machine's speed the
 // ratio may hide.
 //
