@@ -303,17 +303,16 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 			// dispatches the tenant to; another dispatcher's pairs only
 			// learn the sequence, in case they move here.
 			dests := d.destsOf(ctx, tenant, false)
-			owned := make([]bool, len(dests))
-			n := 0
-			for i, x := range dests {
-				if owned[i] = d.owns(tenant, x.name); owned[i] {
-					n++
+			owned := 0
+			for _, x := range dests {
+				if d.owns(tenant, x.name) {
+					owned++
 				}
 			}
-			body := d.bodies.hold(m.Data(), subjectOp(m.Subject(), tenant), n)
-			for i, x := range dests {
+			body := d.bodies.hold(m.Data(), subjectOp(m.Subject(), tenant), owned)
+			for _, x := range dests {
 				b := body
-				if !owned[i] {
+				if owned < len(dests) && !d.owns(tenant, x.name) {
 					b = nil
 				}
 				x.bell(tenant, seq, md.Timestamp, b, backfill)
