@@ -109,6 +109,16 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	return w.pending+w.reserved < w.size, err
 }
 
+// idle says the window has nothing to learn from the consumer: nothing
+// published or reserved since it last looked, none pending then, and no
+// grant held back. A destination without traffic (a partner of a quiet
+// tenant, say) then costs no request.
+func (w *workWindow) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pending == 0 && w.since == 0 && w.reserved == 0 && !w.full
+}
+
 func (w *workWindow) consumerInfo(ctx context.Context) (*jetstream.ConsumerInfo, error) {
 	c, err := w.js.Consumer(ctx, work.StreamName, w.consumer)
 	if err != nil {
@@ -117,8 +127,8 @@ func (w *workWindow) consumerInfo(ctx context.Context) (*jetstream.ConsumerInfo,
 	return c.CachedInfo(), nil
 }
 
-// run looks every workWindowEvery and wakes the destination when there is
-// room, until ctx ends.
+// run looks every workWindowEvery, unless idle, and wakes the destination
+// when there is room, until ctx ends.
 func (w *workWindow) run(ctx context.Context, wake func(), onErr func(error)) {
 	t := time.NewTicker(workWindowEvery)
 	defer t.Stop()
@@ -127,6 +137,9 @@ func (w *workWindow) run(ctx context.Context, wake func(), onErr func(error)) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if w.idle() {
+			continue // nothing published or held back since: nothing to learn
 		}
 		room, err := w.look(ctx)
 		if err != nil && ctx.Err() == nil {
