@@ -1,7 +1,9 @@
 package dispatch
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/work"
@@ -221,6 +223,82 @@ func (ix *seqIndex) bodies(from, to uint64, count int) []work.Body {
 		return nil
 	}
 	return out
+}
+
+// lacksBody says whether seq is in the index without its body.
+func (ix *seqIndex) lacksBody(seq uint64) bool {
+	r := ix.run(seq)
+	return r != nil && r.body(seq) == nil
+}
+
+// missingBodies counts the sequences from..to of the index that lack
+// their bodies.
+func (ix *seqIndex) missingBodies(from, to uint64) (n int) {
+	for i := range ix.runs {
+		r := &ix.runs[i]
+		if r.last < from {
+			continue
+		}
+		if r.first > to {
+			break
+		}
+		for seq := max(r.first, from); seq <= min(r.last, to); seq++ {
+			if r.body(seq) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// bodiedPrefix counts the sequences of the index from from on, up to to,
+// that have their bodies, up to the first that has not, and returns the
+// last of them.
+func (ix *seqIndex) bodiedPrefix(from, to uint64) (n int, last uint64) {
+	for i := range ix.runs {
+		r := &ix.runs[i]
+		if r.last < from {
+			continue
+		}
+		if r.first > to {
+			break
+		}
+		for seq := max(r.first, from); seq <= min(r.last, to); seq++ {
+			if r.body(seq) == nil {
+				return n, last
+			}
+			n, last = n+1, seq
+		}
+	}
+	return n, last
+}
+
+// attach gives seq, a sequence of the index without its body, its body;
+// it reports whether the index took it (and one reference of it).
+func (ix *seqIndex) attach(seq uint64, body *heldBody) bool {
+	r := ix.run(seq)
+	if r == nil || r.body(seq) != nil {
+		return false
+	}
+	if r.bodies == nil {
+		r.bodies = make([]*heldBody, r.last-r.first+1)
+	}
+	r.bodies[seq-r.first] = body
+	return true
+}
+
+// run returns the run that holds seq, or nil.
+func (ix *seqIndex) run(seq uint64) *seqRun {
+	if seq < ix.floor {
+		return nil
+	}
+	i, _ := slices.BinarySearchFunc(ix.runs, seq, func(r seqRun, seq uint64) int {
+		return cmp.Compare(r.last, seq)
+	})
+	if i == len(ix.runs) || ix.runs[i].first > seq {
+		return nil
+	}
+	return &ix.runs[i]
 }
 
 // take cuts up to n known events at or after cursor into batches of at
