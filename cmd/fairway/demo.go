@@ -83,7 +83,7 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error
 	}
 	// The dashboard at /ui: status from PostgreSQL and JetStream,
 	// throughput and p95 from the sink runners' metrics on the registry.
-	sampler, err := dashboard.NewSampler(p.Registry, &dashboard.SamplerConfig{Logger: log})
+	sampler, err := dashboard.NewSampler(&dashboard.SamplerConfig{Logger: log}, dashboard.Registry("this process", p.Registry))
 	if err != nil {
 		return err
 	}
