@@ -41,7 +41,7 @@ It stops by itself once every destination applied the whole catalog: the
 small tenants stop publishing, and once every event stored is applied (at
 most 10 s more) it prints a summary. --duration is an upper bound: the run
 stops then even if not everything was applied, and the summary says how
-much was not. Ctrl-C stops at once.`,
+much was not. Ctrl-C stops at once, with the summary.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.databaseURL == "" {
