@@ -270,6 +270,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	pagedSrv := httptest.NewServer(paged)
 	defer pagedSrv.Close()
+	if png := os.Getenv("FAIRWAY_UI_SCREENSHOT"); png != "" {
+		screenshot(t, ctx, chromium, pagedSrv.URL+dashboard.Path+"/?page=2", strings.TrimSuffix(png, ".png")+"-paged.png")
+	}
 	for _, c := range []struct {
 		query, tenant string
 		texts         []string
