@@ -76,11 +76,9 @@ func TestIndexBodiesAndBudget(t *testing.T) {
 }
 
 func holdsBodies(ix *seqIndex) bool {
-	for _, r := range ix.runs {
-		for _, b := range r.bodies {
-			if b != nil {
-				return true
-			}
+	for _, b := range ix.held {
+		if b != nil {
+			return true
 		}
 	}
 	return false
