@@ -3,14 +3,10 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
-	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
-	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // The refill reads, in one pass of an ordered consumer, the bodies the
@@ -21,7 +17,7 @@ import (
 // of the stream per item, whose cost grows with the number of tenants.
 // With it, what overflowed the budget is read twice in stream order, and
 // the grants of tenants with a batch or more waiting hold back a moment
-// for their bodies (waitForBodies) rather than go out bare.
+// for their bodies (carried, gate.go) rather than go out bare.
 
 // refillLoop runs a refill pass whenever a gap is open and the budget has
 // room, until ctx ends.
@@ -170,79 +166,4 @@ func (x *destination) indexOf(ts *tenantState, seq uint64) *seqIndex {
 		return &ts.live
 	}
 	return &ts.back
-}
-
-// bodyWaitMax is how long a grant held back for its bodies
-// (waitForBodies) waits at most.
-const bodyWaitMax = 250 * time.Millisecond
-
-// carried trims a grant cut from the index while a gap is open to what
-// carries its bodies: the batches, from the first, that carry them, and
-// the others stay in the index for the refill. When the first lacks
-// bodies that are to come from the refill, it keeps the part of it that
-// has them if that is half a batch or more; otherwise a tenant with a
-// batch or more waiting is held back (held true) until they have come,
-// bodyWaitMax has passed or a slot is released, and its next grant after
-// a wait that timed out keeps that part, however short, or goes out
-// without bodies. A tenant with less waits for nothing: its sink reads
-// its few events by sequence. Returning the part that has its bodies
-// frees the budget the refill needs to bring the rest.
-func (x *destination) carried(k scheduler.Key, ts *tenantState, b *cutBatches) (held bool) {
-	keep := 0
-	for keep < len(b.bodies) && b.bodies[keep] != nil {
-		keep++
-	}
-	if keep == len(b.ranges) || !x.d.bodies.inGap(b.ranges[keep].To) {
-		return false
-	}
-	if keep > 0 {
-		b.keep(keep)
-		return false
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	r := b.ranges[0]
-	ix := x.indexOf(ts, r.From)
-	part, last := ix.bodiedPrefix(r.From, r.To)
-	switch {
-	case part >= max(x.size/2, 1) || part > 0 && ts.bodyWaited:
-		ts.bodyWaited = false
-		b.keep(1)
-		b.pending += uint64(b.counts[0] - part)
-		b.ranges[0], b.counts[0], b.times[0] = tenancy.Range{From: r.From, To: last}, part, nil
-		b.bodies[0] = ix.bodies(r.From, last, part)
-		b.lists[0] = nil
-		if listSeqs(b.ranges[0], part) {
-			b.lists[0] = ix.list(b.ranges[0])
-		}
-		return false
-	case ts.bodyWaited || ts.live.count()+ts.back.count() < x.size:
-		ts.bodyWaited = false
-		return false
-	}
-	ts.bodyWaited = true
-	x.d.m.bodyWaits.WithLabelValues(x.name).Inc()
-	x.holdBack(k, ts, bodyWaitMax)
-	ts.bodyNeed = ix.missingBodies(r.From, r.To)
-	return true
-}
-
-// cutBatches are a grant's batches as cut: per batch its range, its count
-// of events, its sequences when listed, its events' store times and
-// bodies when known; pending counts the tenant's events after them.
-type cutBatches struct {
-	ranges  []tenancy.Range
-	counts  []int
-	lists   [][]uint64
-	times   []*work.Times
-	bodies  [][]work.Body
-	pending uint64
-}
-
-// keep keeps the first n batches; the others' events count as pending.
-func (b *cutBatches) keep(n int) {
-	for _, c := range b.counts[n:] {
-		b.pending += uint64(c)
-	}
-	b.ranges, b.counts, b.lists, b.times, b.bodies = b.ranges[:n], b.counts[:n], b.lists[:n], b.times[:n], b.bodies[:n]
 }

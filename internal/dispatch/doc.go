@@ -11,10 +11,12 @@
 // grants while fewer than Config.Concurrency grants are in flight; for a
 // grant it
 //
-//  1. takes up to the grant's size of the tenant's sequence numbers from
-//     its cursor out of the index the doorbell keeps (seq_index.go), or,
-//     where the index cannot tell, reads them with one batched direct get
-//     (internal/work Reader), and cuts them into batches of at most the
+//  1. unless the tenant's gate holds it back (gate.go), takes up to the
+//     grant's size of the tenant's events from its cursor out of the first
+//     source that knows them (source.go): the index the doorbell keeps
+//     (seq_index.go), a dense run, a replay feed, or, where none can tell,
+//     a read with one batched direct get (internal/work Reader), and cuts
+//     them into batches of at most the
 //     destination's batch size (Config.BatchSize, or DestBatchSize: 5,000
 //     for clickhouse; a grant holds up to Config.GrantBatches batches),
 //  2. calls tenancy.DispatchMany: take a slot per batch while the tenant
@@ -38,8 +40,8 @@
 // At start the dispatcher scans (stream info with a subjects filter for the
 // tenants, PostgreSQL for cursors and weights, one direct get per tenant
 // and destination for the exact pending count) and then follows one
-// headers-only ordered consumer on the whole stream, unfiltered — the doorbell — from the
-// sequence the scan started at. JetStream state is one ephemeral consumer
+// ordered consumer on the whole stream, unfiltered — the doorbell — from
+// the sequence the scan started at. JetStream state is one ephemeral consumer
 // per dispatcher process (two while the backfill runs, plus one per pair
 // it is replaying: replay_feed.go), on Deps.Doorbell when set, a
 // connection of their own. The scan repeats every PollInterval
@@ -67,7 +69,8 @@
 // The doorbell delivers each event's body too; the index holds it within
 // Config.BodyBudget (carried_body.go), and an item cut from the index
 // carries its events (work.Item.Bodies), so its sink does not read
-// PRODUCTS. Each destination keeps what waits in WORK to about what its
+// PRODUCTS. Bodies past the budget are read again in stream order, once
+// the grants have made room (body_refill.go). Each destination keeps what waits in WORK to about what its
 // sinks take at once (work_window.go): grants wait while the sinks'
 // consumer has enough pending, so the order of grants is the order of
 // application and leases never expire on items that only wait.
@@ -84,4 +87,7 @@
 // batches back at once (tenancy.ReturnBatches). A sink that dies mid-batch
 // is covered the same way. Nothing is skipped; a range may be applied twice,
 // which idempotent sinks absorb.
+//
+// The words of this package (doorbell, backfill, refill, feed, dense, hold,
+// park, window, grant) are explained in docs/dispatcher.md, "Glossary".
 package dispatch

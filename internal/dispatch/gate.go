@@ -1,0 +1,266 @@
+package dispatch
+
+import (
+	"cmp"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// The gate is what keeps a tenant of a destination out of the scheduler's
+// rounds, and what lets it back in:
+//
+//   - blocked at its slot limit (a commit found no free slot) until one of
+//     its slots is released (unblock), or until notifications may have
+//     been lost (unblockAll);
+//   - held (holdBack), costing nothing and keeping its place, until the
+//     hold's timer or an earlier event ends it: a replay's rate
+//     (replayBudget, throttle), a wait for the start-up backfill to
+//     deliver a batch (waitForBackfill), a wait for the refill to bring
+//     bodies (carried), a dependency that failed (setAside);
+//   - parked: another dispatcher owns the pair (members.go).
+//
+// The scheduler only sees blocked or not (SetBlocked, SetParked); the
+// reasons live in tenantState.
+
+// replayBudget meters a replaying tenant (its cursor below replayUntil):
+// unless its replay is unthrottled, a grant then covers one batch of at
+// most ReplayBatch events, and no more than the replay's rate allows, so a
+// replay is spread evenly in short steps instead of taking the machines in
+// bursts. It returns replayUntil (0 when not replaying), the
+// limiter to charge with what the grant dispatched (nil: not throttled),
+// and how long to wait before this tenant may be granted again (0: go
+// ahead with *n events).
+func (x *destination) replayBudget(ts *tenantState, cursor uint64, n *int) (replayUntil uint64, lim *rate.Limiter, wait time.Duration) {
+	d := x.d
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if cursor >= ts.replayUntil {
+		return 0, nil, 0
+	}
+	r := cmp.Or(ts.replayRate, d.cfg.ReplayRate)
+	if r < 0 {
+		return ts.replayUntil, nil, 0
+	}
+	burst := min(r, d.cfg.ReplayBatch)
+	if ts.replayLim == nil || ts.replayLim.Limit() != rate.Limit(r) {
+		ts.replayLim = rate.NewLimiter(rate.Limit(r), burst)
+	}
+	*n = min(*n, burst)
+	now := d.cfg.Clock()
+	if tokens := ts.replayLim.TokensAt(now); tokens < float64(*n) {
+		return ts.replayUntil, nil, time.Duration((float64(*n) - tokens) / float64(r) * float64(time.Second))
+	}
+	return ts.replayUntil, ts.replayLim, 0
+}
+
+// throttle ends a grant the replay's rate holds back: the tenant is
+// held (costs nothing, keeps its place) until wait has passed.
+func (x *destination) throttle(k scheduler.Key, ts *tenantState, wait time.Duration) {
+	x.d.m.throttled.WithLabelValues(x.name).Inc()
+	x.mu.Lock()
+	x.holdBack(k, ts, wait)
+	x.mu.Unlock()
+}
+
+// holdBack ends a grant that dispatched nothing and keeps the tenant out of
+// the rounds for at most wait (a hold: tenantState.hold). Unlike a slot
+// limit's block, a hold's end says nothing about the tenant's slots. x.mu
+// must be held.
+func (x *destination) holdBack(k scheduler.Key, ts *tenantState, wait time.Duration) {
+	ts.granted = false
+	ts.blocked, ts.held = true, true
+	ts.hold++
+	h := ts.hold
+	x.sched.SetBlocked(k, true)
+	_ = x.sched.Done(k, 0, 0)
+	time.AfterFunc(wait, func() {
+		x.mu.Lock()
+		x.endHold(k, ts, h)
+		x.mu.Unlock()
+		x.kick()
+	})
+}
+
+// endHold puts the tenant back in the rounds if hold h is still on. x.mu
+// must be held.
+func (x *destination) endHold(k scheduler.Key, ts *tenantState, h uint64) {
+	if !ts.held || ts.hold != h {
+		return // ended already; the tenant may be blocked at its limit since
+	}
+	ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
+	ts.blocked = false
+	x.sched.SetBlocked(k, false)
+}
+
+// backfillWaitMax is how long a grant held back for the start-up backfill
+// (waitForBackfill) waits at most.
+const backfillWaitMax = 250 * time.Millisecond
+
+// waitForBackfill holds back a grant that would cut fewer than a batch of
+// events (cut) from the start-up backfill's part of the index while the
+// backfill is still on its way, and reports whether it did: the tenant is
+// back in the rounds once the backfill has rung the rest of a batch of its
+// events, after backfillWaitMax, or at a release of one of its slots,
+// whichever comes first (a hold: holdBack). While the backfill has more of
+// the backlog of a batch or more that the start-up scan counted for the
+// tenant to ring, every short grant waits; after that, or for a smaller
+// backlog, one does and the next cuts whatever is there. Floods whose events interleave were otherwise cut in short
+// batches at the backfill's pace, a grant, a PostgreSQL statement and a
+// work item each. A grant the index can cut nothing for (cutOK false)
+// waits too while more of such a backlog is to be rung, instead of reading
+// PRODUCTS with a subject filter, which costs the server a scan of every
+// other tenant's events in between; a tenant with less than a batch
+// counted (few events, in few of the stream's blocks, which the server
+// skips) reads at once, so that its events do not wait for the backfill
+// to reach them.
+func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int, cutOK bool) bool {
+	if cut >= x.size || cursor >= x.d.liveFrom.Load() || cursor < x.d.backFrom.Load() {
+		return false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if _, dense := ts.dense.at(cursor); dense && !cutOK {
+		return false // cut by arithmetic, without a read
+	}
+	if more := ts.backExpect - min(ts.backRung, ts.backExpect); more > 0 && ts.backExpect >= uint64(x.size) {
+		// The backfill has more of the tenant's backlog to ring: wait for
+		// a batch of it, however often, rather than cut short batches
+		// (a grant, a statement and an item each) at the backfill's pace.
+		x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
+		x.holdBack(k, ts, backfillWaitMax)
+		ts.backNeed = min(x.size-cut, int(min(more, uint64(x.size))))
+		return true
+	}
+	if !cutOK {
+		return false // the index knows nothing of it: read
+	}
+	if ts.backWaited { // this tenant's last short grant waited: cut what is there
+		ts.backWaited = false
+		return false
+	}
+	ts.backWaited = true
+	x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
+	x.holdBack(k, ts, backfillWaitMax)
+	ts.backNeed = x.size - cut // bell ends the hold once it counted these down
+	return true
+}
+
+// blockUnlessReleased marks k blocked at its slot limit, unless one of its
+// slots was released since the grant began (gen moved on): that release's
+// wake-up has already come and gone. x.mu must be held.
+func (x *destination) blockUnlessReleased(k scheduler.Key, ts *tenantState, gen uint64) {
+	if ts.gen == gen {
+		ts.blocked = true
+		x.sched.SetBlocked(k, true)
+	}
+}
+
+// setAside ends a grant that failed on an error: the tenant is blocked for
+// RetryDelay so a broken dependency cannot spin the loop.
+func (x *destination) setAside(k scheduler.Key, op string, err error) {
+	x.d.log.Warn("dispatch failed; retrying the tenant later", "tenant", k.Tenant, "dest", x.name, "op", op, "err", err)
+	x.d.m.errors.WithLabelValues(x.name, op).Inc()
+	x.mu.Lock()
+	x.holdBack(k, x.state(k.Tenant), x.d.cfg.RetryDelay)
+	x.mu.Unlock()
+}
+
+// unblock handles the release of slots of the tenant's slots; it ends a
+// hold too. It reports whether an orphan of the tenant is waiting for a
+// slot.
+func (x *destination) unblock(tenant string, slots int) (orphans bool) {
+	x.mu.Lock()
+	ts := x.tenants[tenant]
+	if ts == nil {
+		x.mu.Unlock()
+		return false
+	}
+	ts.gen++
+	if ts.full {
+		ts.freed += max(slots, 1)
+	}
+	ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
+	if ts.blocked {
+		ts.blocked = false
+		x.sched.SetBlocked(x.key(tenant), false)
+	}
+	orphans, ts.orphans = ts.orphans, false
+	x.mu.Unlock()
+	x.kick()
+	return orphans
+}
+
+// unblockAll handles "notifications may have been lost".
+func (x *destination) unblockAll() {
+	x.mu.Lock()
+	for t, ts := range x.tenants {
+		ts.gen++
+		ts.full = false // releases may have been missed: learn the limit again
+		ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
+		if ts.blocked {
+			ts.blocked = false
+			x.sched.SetBlocked(x.key(t), false)
+		}
+	}
+	x.mu.Unlock()
+	x.kick()
+}
+
+// bodyWaitMax is how long a grant held back for its bodies
+// (waitForBodies) waits at most.
+const bodyWaitMax = 250 * time.Millisecond
+
+// carried trims a grant cut from the index while a gap is open to what
+// carries its bodies: the batches, from the first, that carry them, and
+// the others stay in the index for the refill. When the first lacks
+// bodies that are to come from the refill, it keeps the part of it that
+// has them if that is half a batch or more; otherwise a tenant with a
+// batch or more waiting is held back (held true) until they have come,
+// bodyWaitMax has passed or a slot is released, and its next grant after
+// a wait that timed out keeps that part, however short, or goes out
+// without bodies. A tenant with less waits for nothing: its sink reads
+// its few events by sequence. Returning the part that has its bodies
+// frees the budget the refill needs to bring the rest.
+func (x *destination) carried(k scheduler.Key, ts *tenantState, b *cutBatches) (held bool) {
+	keep := 0
+	for keep < len(b.bodies) && b.bodies[keep] != nil {
+		keep++
+	}
+	if keep == len(b.ranges) || !x.d.bodies.inGap(b.ranges[keep].To) {
+		return false
+	}
+	if keep > 0 {
+		b.keep(keep)
+		return false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := b.ranges[0]
+	ix := x.indexOf(ts, r.From)
+	part, last := ix.bodiedPrefix(r.From, r.To)
+	switch {
+	case part >= max(x.size/2, 1) || part > 0 && ts.bodyWaited:
+		ts.bodyWaited = false
+		b.keep(1)
+		b.pending += uint64(b.counts[0] - part)
+		b.ranges[0], b.counts[0], b.times[0] = tenancy.Range{From: r.From, To: last}, part, nil
+		b.bodies[0] = ix.bodies(r.From, last, part)
+		b.lists[0] = nil
+		if listSeqs(b.ranges[0], part) {
+			b.lists[0] = ix.list(b.ranges[0])
+		}
+		return false
+	case ts.bodyWaited || ts.live.count()+ts.back.count() < x.size:
+		ts.bodyWaited = false
+		return false
+	}
+	ts.bodyWaited = true
+	x.d.m.bodyWaits.WithLabelValues(x.name).Inc()
+	x.holdBack(k, ts, bodyWaitMax)
+	ts.bodyNeed = ix.missingBodies(r.From, r.To)
+	return true
+}
