@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,7 @@ type deliveryLog struct {
 	rows    chan Delivery
 	dropped *prometheus.CounterVec
 	stop    chan struct{}
+	stopped sync.Once
 	done    chan struct{}
 }
 
@@ -62,9 +64,10 @@ func (l *deliveryLog) add(d Delivery) {
 	}
 }
 
-// close writes what is queued, waiting at most until ctx ends.
+// close writes what is queued, waiting at most until ctx ends. Rows
+// added afterwards are not written.
 func (l *deliveryLog) close(ctx context.Context) {
-	close(l.stop)
+	l.stopped.Do(func() { close(l.stop) })
 	select {
 	case <-l.done:
 	case <-ctx.Done():
