@@ -69,6 +69,16 @@ func TestTransformApply(t *testing.T) {
 		{name: "filter only sends the event as it is", filter: `event.op == "upsert"`,
 			want: `{"seq":42,"product_id":"sku-1","version":7,"op":"upsert","occurred_at":"2025-03-14T15:09:26Z","payload":` + transformPayload + `}`},
 		{name: "filter drops", filter: `event.payload.stock > 0`, mapping: `{"id": event.product_id}`, want: ""},
+		// The examples of docs/partners.md.
+		{name: "docs: optional", mapping: `{"c": event.payload.?colour.orValue("none"), "d": has(event.payload.colour) ? event.payload.colour : "none"}`,
+			want: `{"c":"none","d":"none"}`},
+		{name: "docs: category filter", filter: `event.op == "delete" || event.payload.?category.orValue("") == "garden"`, want: ""},
+		{name: "docs: priced filter", filter: `event.op == "upsert" && event.payload.price > 0`, mapping: `{"id": event.product_id}`, want: `{"id":"sku-1"}`},
+		{name: "docs: whole payload", mapping: `{"sku": event.product_id, "data": event.payload}`, want: `{"sku":"sku-1","data":` + transformPayload + `}`},
+		{name: "docs: nested, lists, strings", mapping: `[event.payload.dims.w, event.payload.tags.size(), "garden" in event.payload.tags, event.payload.name.upperAscii(), event.payload.name.replace("H", "J")]`,
+			want: `[3,2,true,"HAMMER","Jammer"]`},
+		{name: "docs: deletion", op: events.OpDelete, mapping: `event.op == "delete" ? {"id": event.product_id, "deleted": true} : {"id": event.product_id, "name": event.payload.name}`,
+			want: `{"deleted":true,"id":"sku-1"}`},
 		{name: "filter on a delete", filter: `!has(event.payload)`, op: events.OpDelete, mapping: `{"id": event.product_id, "deleted": event.op == "delete"}`,
 			want: `{"id":"sku-1","deleted":true}`},
 	} {
