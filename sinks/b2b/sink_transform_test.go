@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -195,5 +197,49 @@ func TestBatchMaxEvents(t *testing.T) {
 	}
 	if _, err := e.reg.SetMaxEvents(context.Background(), "acme", "nobody", 1); !errors.Is(err, b2b.ErrUnknownPartner) {
 		t.Fatalf("SetMaxEvents(unknown partner) = %v; want ErrUnknownPartner", err)
+	}
+}
+
+// A large batch is mapped on several goroutines: the body keeps the
+// events in product order and each refusal stays with its record.
+func TestTransformLargeBatchKeepsOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	rcv := e.rawReceiver(t)
+	p := e.partner(t, b2b.Partner{Tenant: "acme", Name: e.partnerName(), URL: rcv.srv.URL, MaxRequestBytes: 4 << 20})
+	if _, err := e.reg.SetTransform(ctx(t), "acme", p.Name, b2b.Transform{Map: `{"id": event.product_id, "n": event.payload.n}`}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.sink(t, p.Name, b2b.Config{})
+	const n = 1000
+	batch := make([]sink.Record, n)
+	for i := range batch {
+		// Shuffled product ids; every 97th event has no n.
+		id := fmt.Sprintf("p%04d", (i*379)%n)
+		payload := fmt.Sprintf(`{"n":%d}`, i)
+		if i%97 == 0 {
+			payload = `{}`
+		}
+		batch[i] = priced(id, 1, payload)
+		batch[i].Seq = uint64(i + 1)
+	}
+	errs, err := s.Apply(ctx(t), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range batch {
+		if (i%97 == 0) != (errs[i] != nil) {
+			t.Fatalf("record %d: error %v", i, errs[i])
+		}
+	}
+	for id := range n {
+		i := slices.IndexFunc(batch, func(r sink.Record) bool { return r.Event.ProductID == fmt.Sprintf("p%04d", id) })
+		if i%97 != 0 {
+			want = append(want, fmt.Sprintf(`{"id":"p%04d","n":%d}`, id, i))
+		}
+	}
+	if got := rcv.events(); !slices.Equal(got, want) {
+		t.Fatalf("partner received %d events, want %d in product order; first %q", len(got), len(want), got[:min(3, len(got))])
 	}
 }

@@ -106,6 +106,7 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)),
 		cel.OptionalTypes(),
 		cel.CrossTypeNumericComparisons(true),
+		cel.EnableMacroCallTracking(), // so that objectPlan can write a value holding a macro back as source
 		ext.Strings(), ext.Math(), ext.Encoders(),
 	)
 })

@@ -116,6 +116,7 @@ func TestTransformObjectPlanAgreesWithCEL(t *testing.T) {
 		`{"missing": event.payload.colour}`,
 		`{"deep": event.payload.name.first}`,
 		`{"bad": event.payload.name * 2.0}`,
+		`{"has": has(event.payload.colour), "tags": event.payload.tags.map(t, t.upperAscii()), "opt": event.payload.?colour.orValue("none")}`,
 	} {
 		tr, err := Transform{Map: mapping}.compile()
 		if err != nil {
