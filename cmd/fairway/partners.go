@@ -31,7 +31,8 @@ given. A secret is printed only when fairway generates it
 	}
 	cmd.AddCommand(c.partnersAddCmd(), c.partnersListCmd(), c.partnersRemoveCmd(),
 		c.partnersEnableCmd("enable", true), c.partnersEnableCmd("disable", false),
-		c.partnersSetSigningCmd(), c.partnersRotateSecretCmd())
+		c.partnersSetSigningCmd(), c.partnersRotateSecretCmd(),
+		c.partnersSetTransformCmd(), c.partnersSetBatchCmd(), c.partnersDeliveriesCmd())
 	return cmd
 }
 
@@ -226,7 +227,7 @@ func (c *cli) partnersListCmd() *cobra.Command {
 				return err
 			}
 			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TENANT\tPARTNER\tURL\tENABLED\tTIMEOUT\tMAX BYTES\tOPS\tSIGNING\tSECRET")
+			fmt.Fprintln(w, "TENANT\tPARTNER\tURL\tENABLED\tTIMEOUT\tMAX BYTES\tMAX EVENTS\tOPS\tTRANSFORM\tSIGNING\tSECRET")
 			now := time.Now()
 			for _, p := range ps {
 				secret := "unset"
@@ -239,7 +240,8 @@ func (c *cli) partnersListCmd() *cobra.Command {
 				if now.Before(p.PreviousSecretUntil) {
 					secret += ", previous signs until " + p.PreviousSecretUntil.UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\t%d\t%s\t%s\t%s\n", p.Tenant, p.Name, p.RedactedURL(), p.Enabled, p.Timeout, p.MaxRequestBytes, opsText(p.Ops), p.Signing, secret)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Tenant, p.Name, p.RedactedURL(), p.Enabled, p.Timeout, p.MaxRequestBytes,
+					maxEventsText(p.MaxEvents), opsText(p.Ops), p.Transform.Kind(), p.Signing, secret)
 			}
 			return w.Flush()
 		},

@@ -122,7 +122,7 @@ func openSink(ctx context.Context, cfg Config, pool *pgxpool.Pool, metrics prome
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := b2b.New(&b2b.Config{Registry: reg, Partner: strings.TrimPrefix(cfg.Dest, "b2b:"), Logger: cfg.Runner.Logger})
+	s, err := b2b.New(&b2b.Config{Registry: reg, Partner: strings.TrimPrefix(cfg.Dest, "b2b:"), Logger: cfg.Runner.Logger, Registerer: metrics})
 	if err != nil {
 		return nil, nil, err
 	}

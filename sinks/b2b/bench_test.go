@@ -140,3 +140,57 @@ func mustPost(b *testing.B, client *http.Client, req *http.Request) {
 		b.Fatal(resp.Status)
 	}
 }
+
+// benchMap is the typical mapping of BenchmarkB2BSinkMapped: rename
+// fields, pick a subset, convert the price to cents.
+const benchMap = `{"sku": event.product_id, "title": event.payload.name, "price_cents": int(math.round(event.payload.price * 100.0)),
+  "currency": event.payload.currency, "version": event.version}`
+
+// catalogRecords are 1k upserts with a catalogue payload (name, price,
+// currency, stock, tags, description).
+func catalogRecords(n int) []sink.Record {
+	recs := benchRecords(n)
+	for i := range recs {
+		recs[i].Event.Payload = fmt.Appendf(nil, `{"name":"product %s","price":%d.99,"currency":"EUR","stock":%d,"tags":["garden","tools"],"description":"A sturdy product of the bench catalogue."}`,
+			recs[i].Event.ProductID, 1+i%500, i%40)
+	}
+	return recs
+}
+
+// BenchmarkB2BSinkMapped measures the sink with the typical mapping
+// benchMap against the same sink without one, in the same run: each
+// iteration applies the same 1k-event batch to a partner without a
+// transform and to one with it, timing each. mapped/plain is the ratio of
+// their throughputs.
+func BenchmarkB2BSinkMapped(b *testing.B) {
+	e := setup(b)
+	srv := benchReceiver(b)
+	plain := e.partner(b, b2b.Partner{Tenant: "acme", Name: "plain", URL: srv.URL, MaxRequestBytes: 4 << 20})
+	mapped := e.partner(b, b2b.Partner{Tenant: "acme", Name: "mapped", URL: srv.URL, MaxRequestBytes: 4 << 20})
+	if _, err := e.reg.SetTransform(context.Background(), "acme", mapped.Name, b2b.Transform{Map: benchMap}); err != nil {
+		b.Fatal(err)
+	}
+	sinks := [2]*b2b.Sink{e.sink(b, plain.Name, b2b.Config{}), e.sink(b, mapped.Name, b2b.Config{})}
+	batches := [4][]sink.Record{catalogRecords(0), catalogRecords(1), catalogRecords(2), catalogRecords(3)}
+	var spent [2]time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		for k, s := range sinks {
+			start := time.Now()
+			errs, err := s.Apply(context.Background(), batches[i%4])
+			spent[k] += time.Since(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, e := range errs {
+				if e != nil {
+					b.Fatal(e)
+				}
+			}
+		}
+	}
+	events := float64(b.N * benchBatch)
+	b.ReportMetric(events/spent[0].Seconds(), "plain-events/s")
+	b.ReportMetric(events/spent[1].Seconds(), "mapped-events/s")
+	b.ReportMetric(spent[0].Seconds()/spent[1].Seconds(), "mapped/plain")
+}

@@ -55,18 +55,49 @@ func newEnvelope(tenant, partner string) envelope {
 // size is the body length of one event of n bytes alone.
 func (e envelope) size(n int) int { return len(e.prefix) + n + len(e.suffix) }
 
+// checkEvent returns the *sink.PermanentError of an event the sink cannot
+// send: an unknown op, an upsert without payload, a payload that is not
+// JSON, a time outside years 0..9999. nil when it can be sent.
+func checkEvent(r *sink.Record) error {
+	e := &r.Event
+	switch {
+	case !e.Op.Valid():
+		return sink.Permanent(fmt.Sprintf("unknown op %q", e.Op), sink.ErrInvalidRecord)
+	case e.Op == events.OpUpsert && len(e.Payload) == 0:
+		return sink.Permanent("upsert without payload", sink.ErrInvalidRecord)
+	}
+	if err := encodable(e); err != nil {
+		return sink.Permanent("event does not encode as JSON", errors.Join(sink.ErrInvalidRecord, err))
+	}
+	return nil
+}
+
+// encodable reports why e cannot be written as a BodyEvent, nil when it
+// can.
+func encodable(e *events.Event) error {
+	if len(e.Payload) > 0 && !events.Valid(e.Payload) {
+		return errors.New("payload is not valid JSON")
+	}
+	if y := e.OccurredAt.Year(); y < 0 || y > 9999 {
+		return fmt.Errorf("occurred_at year %d outside 0..9999", y)
+	}
+	return nil
+}
+
 // appendEvent appends the JSON of r as a BodyEvent to b, written by hand
 // (it was half of the sink's CPU time through encoding/json);
 // TestEncodeEvent checks it against json.Marshal. On error b is returned
 // unchanged.
 func appendEvent(b []byte, r *sink.Record) ([]byte, error) {
+	if err := encodable(&r.Event); err != nil {
+		return b, err
+	}
+	return appendCheckedEvent(b, r), nil
+}
+
+// appendCheckedEvent is appendEvent for an event that passed checkEvent.
+func appendCheckedEvent(b []byte, r *sink.Record) []byte {
 	e := &r.Event
-	if len(e.Payload) > 0 && !events.Valid(e.Payload) {
-		return b, errors.New("payload is not valid JSON")
-	}
-	if y := e.OccurredAt.Year(); y < 0 || y > 9999 {
-		return b, fmt.Errorf("occurred_at year %d outside 0..9999", y)
-	}
 	b = slices.Grow(b, eventSizeHint(r))
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendUint(b, r.Seq, 10)
@@ -83,7 +114,7 @@ func appendEvent(b []byte, r *sink.Record) ([]byte, error) {
 		b = append(b, `,"payload":`...)
 		b = append(b, e.Payload...)
 	}
-	return append(b, '}'), nil
+	return append(b, '}')
 }
 
 // eventSizeHint is about the size of r's JSON: room for the fixed keys,
@@ -104,9 +135,10 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// chunks splits idx into runs whose bodies fit max bytes. Every single
-// encoded event must already fit.
-func (e envelope) chunks(idx []int, enc [][]byte, max int) [][]int {
+// chunks splits idx into runs whose bodies fit max bytes and that hold at
+// most maxEvents events (0: no bound). Every single encoded event must
+// already fit.
+func (e envelope) chunks(idx []int, enc [][]byte, max, maxEvents int) [][]int {
 	var out [][]int
 	start, size := 0, len(e.prefix)+len(e.suffix)
 	for j, i := range idx {
@@ -114,7 +146,7 @@ func (e envelope) chunks(idx []int, enc [][]byte, max int) [][]int {
 		if j > start {
 			add++ // comma
 		}
-		if j > start && size+add > max {
+		if j > start && (size+add > max || maxEvents > 0 && j-start >= maxEvents) {
 			out = append(out, idx[start:j])
 			start, size, add = j, len(e.prefix)+len(e.suffix), len(enc[i])
 		}

@@ -20,9 +20,19 @@
 // the headers, verifying them with the reference libraries, moving a
 // partner between schemes.
 //
+// A partner's Transform (Registry.SetTransform) filters and maps its
+// events: two CEL expressions over the event, checked when they are set
+// and compiled once per change by each Sink. An event the filter drops
+// counts as applied; the map's value takes the event's place in
+// Body.events; an event either fails on is a permanent record error
+// wrapping ErrTransform with CEL's message, and the rest of the batch is
+// delivered. transform_values.go reads the payload's fields in place
+// instead of decoding it, and a large batch is mapped on every core.
+//
 // A batch is split into several requests when its body would exceed the
-// partner's max request size; an event too large on its own is reported as
-// a permanent record error (ErrEventTooLarge). Events are ordered by
+// partner's max request size, or hold more than its MaxEvents (1: one
+// event per request); an event too large on its own is reported as a
+// permanent record error (ErrEventTooLarge). Events are ordered by
 // product id; "version" orders changes to one product, and a partner must
 // ignore a version older than the one it holds (requests can be retried,
 // replayed and, across several sink processes, reordered).
@@ -56,6 +66,17 @@
 // the partner (wrong secret, endpoint gone): the batch error is permanent
 // and the runtime dead-letters the batch, to be replayed once the partner
 // is fixed, rather than retrying forever.
+//
+// # Delivery log
+//
+// Every request attempt (time, idempotency key, events, status, latency,
+// error) goes to fairway.partner_deliveries through a buffer of
+// Config.DeliveryLogBuffer rows and one background writer, which inserts
+// what has queued in one statement and trims each partner's log to its
+// newest Config.DeliveryLogKeep rows (1000). A delivery never waits for
+// the log: a row that finds the buffer full is dropped and counted.
+// Registry.Deliveries lists the log with each attempt's retry count;
+// Registry.DeliveryStats sums up a partner's success rate and last error.
 //
 // # Flow control
 //

@@ -44,6 +44,12 @@ var (
 	// ErrEventTooLarge is wrapped by the *sink.PermanentError of a record
 	// whose encoding alone exceeds the partner's max request size.
 	ErrEventTooLarge = errors.New("b2b: event larger than the partner's max request size")
+	// ErrInvalidTransform is wrapped by the error for a Transform whose
+	// expressions do not compile; the message is CEL's.
+	ErrInvalidTransform = errors.New("b2b: invalid transform")
+	// ErrTransform is wrapped by the *sink.PermanentError of a record the
+	// partner's filter or map failed on; the message is CEL's.
+	ErrTransform = errors.New("b2b: transform failed")
 	// ErrSignature is returned by Signing.Verify for a missing, malformed
 	// or wrong signature.
 	ErrSignature = errors.New("b2b: bad signature")

@@ -24,6 +24,8 @@ const (
 	// SecretOverlapDefault is how long the previous secret keeps signing
 	// after `fairway partners rotate-secret`.
 	SecretOverlapDefault = 24 * time.Hour
+	// MaxEventsMax bounds Partner.MaxEvents.
+	MaxEventsMax = 100_000
 )
 
 // Secret is a partner's signing secret. It formats as "[redacted]" with
@@ -86,6 +88,14 @@ type Partner struct {
 	// Ops, when not nil, are the only ops sent; other events count as
 	// applied. nil sends all.
 	Ops []events.Op
+	// Transform filters the events the partner takes and gives each the
+	// JSON the partner wants (Registry.SetTransform). Zero: every event,
+	// as a BodyEvent.
+	Transform Transform
+	// MaxEvents bounds the events of one request: 1 sends each event on
+	// its own; 0 (the default) leaves only MaxRequestBytes, in [0,
+	// MaxEventsMax] (Registry.SetMaxEvents).
+	MaxEvents int
 
 	CreatedAt, UpdatedAt time.Time
 }
@@ -93,8 +103,8 @@ type Partner struct {
 // String describes p without its secret and with its URL redacted (no
 // query or user info, which may hold a token).
 func (p Partner) String() string {
-	s := fmt.Sprintf("partner %s/%s url=%s enabled=%v timeout=%s max_request_bytes=%d ops=%v signing=%s secret=%s",
-		p.Tenant, p.Name, redactURL(p.URL), p.Enabled, p.Timeout, p.MaxRequestBytes, p.Ops, p.Signing, map[bool]string{true: "set", false: "unset"}[p.SecretSet || len(p.Secret) > 0])
+	s := fmt.Sprintf("partner %s/%s url=%s enabled=%v timeout=%s max_request_bytes=%d max_events=%d ops=%v signing=%s transform=%s secret=%s",
+		p.Tenant, p.Name, redactURL(p.URL), p.Enabled, p.Timeout, p.MaxRequestBytes, p.MaxEvents, p.Ops, p.Signing, p.Transform.Kind(), map[bool]string{true: "set", false: "unset"}[p.SecretSet || len(p.Secret) > 0])
 	if !p.PreviousSecretUntil.IsZero() {
 		s += " previous_secret_until=" + p.PreviousSecretUntil.UTC().Format(time.RFC3339)
 	}
@@ -156,6 +166,12 @@ func (p *Partner) validate(allowHTTP bool) error {
 	}
 	if p.MaxRequestBytes < MaxRequestBytesMin || p.MaxRequestBytes > MaxRequestBytesMax {
 		return fmt.Errorf("%w: max request bytes %d not in [%d, %d]", ErrInvalidPartner, p.MaxRequestBytes, MaxRequestBytesMin, MaxRequestBytesMax)
+	}
+	if _, err := p.Transform.compile(); err != nil {
+		return err
+	}
+	if p.MaxEvents < 0 || p.MaxEvents > MaxEventsMax {
+		return fmt.Errorf("%w: max events %d not in [0, %d]", ErrInvalidPartner, p.MaxEvents, MaxEventsMax)
 	}
 	if p.Ops != nil {
 		if len(p.Ops) == 0 {

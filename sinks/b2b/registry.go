@@ -51,7 +51,7 @@ func NewRegistry(pool *pgxpool.Pool, cfg *RegistryConfig) (*Registry, error) {
 }
 
 const partnerCols = `tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, created_at, updated_at,
-	signing, previous_secret, previous_secret_until`
+	signing, previous_secret, previous_secret_until, filter_expr, map_expr, max_events`
 
 // Add registers p (zero Signing, Timeout and MaxRequestBytes take their
 // defaults; Enabled is taken as given; PreviousSecret is ignored). It
@@ -61,9 +61,11 @@ func (r *Registry) Add(ctx context.Context, p Partner) (Partner, error) {
 	if err := p.validate(r.allowHTTP); err != nil {
 		return Partner{}, err
 	}
-	row := r.pool.QueryRow(ctx, `INSERT INTO fairway.partners (tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, signing)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+partnerCols,
-		p.Tenant, p.Name, p.URL, r.box.seal(p.Tenant, p.Name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing)
+	row := r.pool.QueryRow(ctx, `INSERT INTO fairway.partners (tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, signing,
+		filter_expr, map_expr, max_events)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING `+partnerCols,
+		p.Tenant, p.Name, p.URL, r.box.seal(p.Tenant, p.Name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing,
+		exprArg(p.Transform.Filter), exprArg(p.Transform.Map), p.MaxEvents)
 	out, err := r.scan(row, false)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -244,10 +246,12 @@ func (r *Registry) scan(row pgx.Row, withSecret bool) (Partner, error) {
 	var ops []string
 	var signing string
 	var previousUntil *time.Time
+	var filter, mapping *string
 	if err := row.Scan(&p.Tenant, &p.Name, &p.URL, &stored, &p.Enabled, &timeoutMS, &p.MaxRequestBytes, &ops, &p.CreatedAt, &p.UpdatedAt,
-		&signing, &previous, &previousUntil); err != nil {
+		&signing, &previous, &previousUntil, &filter, &mapping, &p.MaxEvents); err != nil {
 		return Partner{}, err
 	}
+	p.Transform = transformOf(filter, mapping)
 	var err error
 	if p.Signing, err = ParseSigning(signing); err != nil {
 		return Partner{}, err

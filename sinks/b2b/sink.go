@@ -16,8 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fairwayhq/fairway/internal/sink"
-	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -67,6 +68,20 @@ type Config struct {
 	// verified; set RootCAs for a private CA). Default: system roots, TLS
 	// 1.2 or later.
 	TLSConfig *tls.Config
+	// Registerer, when set, gets the sink's metrics (docs/metrics.md).
+	// Default: none.
+	Registerer prometheus.Registerer
+	// DeliveryLogKeep is how many of the newest request attempts the
+	// delivery log (fairway.partner_deliveries, Registry.Deliveries) keeps
+	// per tenant and partner; negative turns the log off. Default
+	// DeliveryLogKeepDefault (1000).
+	DeliveryLogKeep int
+	// DeliveryLogBuffer is how many attempts wait, at most, to be written
+	// to the delivery log; an attempt that finds it full is not logged
+	// (fairway_sink_b2b_delivery_log_dropped_total), so that a slow
+	// database never holds a delivery. Default DeliveryLogBufferDefault
+	// (4096).
+	DeliveryLogBuffer int
 }
 
 // WithDefaults returns a copy of c with defaults filled in.
@@ -83,6 +98,8 @@ func (c *Config) WithDefaults() *Config {
 	out.PartnerCacheTTL = cmp.Or(out.PartnerCacheTTL, PartnerCacheTTLDefault)
 	out.MaxResponseBytes = cmp.Or(out.MaxResponseBytes, MaxResponseBytesDefault)
 	out.MaxIdleConnsPerHost = cmp.Or(out.MaxIdleConnsPerHost, MaxIdleConnsPerHostDefault)
+	out.DeliveryLogKeep = cmp.Or(out.DeliveryLogKeep, DeliveryLogKeepDefault)
+	out.DeliveryLogBuffer = cmp.Or(out.DeliveryLogBuffer, DeliveryLogBufferDefault)
 	return &out
 }
 
@@ -98,6 +115,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: negative duration", ErrConfig)
 	case c.MaxResponseBytes < MaxErrorBody:
 		return fmt.Errorf("%w: MaxResponseBytes %d below %d", ErrConfig, c.MaxResponseBytes, MaxErrorBody)
+	case c.DeliveryLogBuffer < 1:
+		return fmt.Errorf("%w: DeliveryLogBuffer %d below 1", ErrConfig, c.DeliveryLogBuffer)
 	}
 	return nil
 }
@@ -119,6 +138,8 @@ type Sink struct {
 	log     *slog.Logger
 	client  *http.Client
 	tr      *http.Transport
+	m       metrics
+	dlog    *deliveryLog // nil when the delivery log is off
 
 	mu       sync.Mutex
 	partners map[string]cachedPartner // by tenant
@@ -127,7 +148,8 @@ type Sink struct {
 
 type cachedPartner struct {
 	p       Partner
-	err     error // ErrUnknownPartner, cached like a hit
+	tr      *transformer // p.Transform compiled; nil for none
+	err     error        // ErrUnknownPartner, cached like a hit
 	expires time.Time
 }
 
@@ -149,11 +171,25 @@ func New(cfg *Config) (*Sink, error) {
 	tr.TLSClientConfig = tlsCfg
 	tr.MaxIdleConnsPerHost = cfg.MaxIdleConnsPerHost
 	tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxIdleConnsPerHost)
+	dest := tenancy.DestB2BPrefix + cfg.Partner
+	m := newMetrics(dest)
+	if cfg.Registerer != nil {
+		if err := m.register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("b2b sink: metrics: %w", err)
+		}
+	}
+	log := cfg.Logger.With("dest", dest)
+	var dlog *deliveryLog
+	if cfg.DeliveryLogKeep > 0 {
+		dlog = newDeliveryLog(cfg.Registry.pool, cfg.DeliveryLogKeep, cfg.DeliveryLogBuffer, log, m.logDropped)
+	}
 	return &Sink{
 		cfg:     cfg,
 		partner: cfg.Partner,
-		log:     cfg.Logger.With("dest", tenancy.DestB2BPrefix+cfg.Partner),
+		log:     log,
 		tr:      tr,
+		m:       m,
+		dlog:    dlog,
 		client: &http.Client{
 			Transport: tr,
 			// A redirect is answered as it is (classified transient):
@@ -168,8 +204,17 @@ func New(cfg *Config) (*Sink, error) {
 // Name returns the destination, "b2b:<partner>".
 func (s *Sink) Name() string { return tenancy.DestB2BPrefix + s.partner }
 
-// Close closes idle connections.
-func (s *Sink) Close() { s.tr.CloseIdleConnections() }
+// Close writes the delivery log rows still queued (waiting at most
+// deliveryLogWriteTimeout) and closes idle connections. Call it once,
+// after the last Apply.
+func (s *Sink) Close() {
+	if s.dlog != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), deliveryLogWriteTimeout)
+		s.dlog.close(ctx)
+		cancel()
+	}
+	s.tr.CloseIdleConnections()
+}
 
 // Breakers returns the state of every endpoint's breaker this sink has
 // called, ordered by endpoint.
@@ -214,24 +259,35 @@ func (s *Sink) breaker(ep string) *breaker {
 	return b
 }
 
-// lookup returns the tenant's settings for the partner, cached for
-// PartnerCacheTTL.
-func (s *Sink) lookup(ctx context.Context, tenant string) (Partner, error) {
+// lookup returns the tenant's settings for the partner and its compiled
+// transform, cached for PartnerCacheTTL. The transform is compiled again
+// only when its expressions changed.
+func (s *Sink) lookup(ctx context.Context, tenant string) (Partner, *transformer, error) {
 	now := s.cfg.Clock()
 	s.mu.Lock()
 	c, ok := s.partners[tenant]
 	s.mu.Unlock()
 	if ok && now.Before(c.expires) {
-		return c.p, c.err
+		return c.p, c.tr, c.err
 	}
 	p, err := s.cfg.Registry.Get(ctx, tenant, s.partner)
 	if err != nil && !errors.Is(err, ErrUnknownPartner) {
-		return Partner{}, err
+		return Partner{}, nil, err
+	}
+	tr := c.tr
+	if err == nil && tr.source() != p.Transform {
+		// Checked when it was set: failing here (a stored expression that
+		// this version of CEL refuses) holds the tenant's batches until the
+		// transform is set again, rather than dropping them.
+		var cerr error
+		if tr, cerr = p.Transform.compile(); cerr != nil {
+			return Partner{}, nil, cerr
+		}
 	}
 	s.mu.Lock()
-	s.partners[tenant] = cachedPartner{p: p, err: err, expires: now.Add(s.cfg.PartnerCacheTTL)}
+	s.partners[tenant] = cachedPartner{p: p, tr: tr, err: err, expires: now.Add(s.cfg.PartnerCacheTTL)}
 	s.mu.Unlock()
-	return p, err
+	return p, tr, err
 }
 
 // Apply implements sink.Sink: per tenant in the batch, one POST (split to
@@ -254,7 +310,7 @@ func (s *Sink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) 
 	slices.Sort(tenants)
 	for _, tenant := range tenants {
 		idx := byTenant[tenant]
-		p, err := s.lookup(ctx, tenant)
+		p, tr, err := s.lookup(ctx, tenant)
 		switch {
 		case errors.Is(err, ErrUnknownPartner):
 			for _, i := range idx {
@@ -268,59 +324,24 @@ func (s *Sink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) 
 			return nil, fmt.Errorf("b2b %s: tenant %s: %w", s.partner, tenant,
 				&RetryAfterError{Wait: s.cfg.PartnerCacheTTL, Endpoint: endpoint(p.URL), Err: ErrPartnerDisabled})
 		}
-		if err := s.applyTenant(ctx, &p, batch, idx, errs); err != nil {
+		if err := s.applyTenant(ctx, &p, tr, batch, idx, errs); err != nil {
 			return nil, fmt.Errorf("b2b %s: tenant %s: %w", s.partner, tenant, err)
 		}
 	}
 	return errs, nil
 }
 
-// applyTenant delivers batch[idx] (one tenant) to p, filling errs.
-func (s *Sink) applyTenant(ctx context.Context, p *Partner, batch []sink.Record, idx []int, errs []error) error {
+// applyTenant delivers batch[idx] (one tenant) to p through its
+// transform tr (nil: none), filling errs.
+func (s *Sink) applyTenant(ctx context.Context, p *Partner, tr *transformer, batch []sink.Record, idx []int, errs []error) error {
 	env := newEnvelope(p.Tenant, p.Name)
-	recs := make([]sink.Record, 0, len(idx)) // the records the partner takes
-	at := make([]int, 0, len(idx))           // their index in batch
-	recErrs := make([]error, 0, len(idx))
-	// Every event is encoded into one buffer; ends[j] is where recs[j]'s
-	// JSON ends (an event that did not encode is empty).
-	need := 0
-	for _, i := range idx {
-		need += eventSizeHint(&batch[i])
-	}
-	encoded := make([]byte, 0, need)
-	ends := make([]int, 0, len(idx))
-	for _, i := range idx {
-		r := &batch[i]
-		if !p.wants(r.Event.Op) {
-			continue // filtered out: applied
-		}
-		start := len(encoded)
-		var err error
-		encoded, err = appendEvent(encoded, r)
-		size := len(encoded) - start
-		switch {
-		case !r.Event.Op.Valid():
-			err = sink.Permanent(fmt.Sprintf("unknown op %q", r.Event.Op), sink.ErrInvalidRecord)
-		case r.Event.Op == events.OpUpsert && len(r.Event.Payload) == 0:
-			err = sink.Permanent("upsert without payload", sink.ErrInvalidRecord)
-		case err != nil:
-			err = sink.Permanent("event does not encode as JSON", errors.Join(sink.ErrInvalidRecord, err))
-		case env.size(size) > p.MaxRequestBytes:
-			err = sink.Permanent(fmt.Sprintf("event is %d bytes in a request, partner %s takes at most %d", env.size(size), p.Name, p.MaxRequestBytes), ErrEventTooLarge)
-		}
-		recs, at, ends, recErrs = append(recs, *r), append(at, i), append(ends, len(encoded)), append(recErrs, err)
-	}
-	enc := make([][]byte, len(ends))
-	for j, end := range ends {
-		start := 0
-		if j > 0 {
-			start = ends[j-1]
-		}
-		enc[j] = encoded[start:end:end]
-	}
+	e := encodeEvents(p, tr, env, batch, idx)
+	s.m.filtered.Add(float64(e.filtered))
+	s.m.transformErrors.Add(float64(e.failed))
+	recs, at, enc, recErrs := e.recs, e.at, e.enc, e.errs
 	var buf []byte
 	err := sink.ApplyLatest(recs, recErrs, func(sub []int) error {
-		for _, chunk := range env.chunks(sub, enc, p.MaxRequestBytes) {
+		for _, chunk := range env.chunks(sub, enc, p.MaxRequestBytes, p.MaxEvents) {
 			buf = env.build(buf, chunk, enc)
 			if err := s.post(ctx, p, buf, idempotencyKey(p.Tenant, p.Name, recs, chunk), len(chunk)); err != nil {
 				return err
@@ -358,7 +379,9 @@ func (s *Sink) post(ctx context.Context, p *Partner, body []byte, key string, n 
 	if wait, cause := br.allow(s.cfg.Clock(), p.Timeout); cause != nil {
 		return &RetryAfterError{Wait: wait, Endpoint: ep, Err: cause}
 	}
-	err := s.send(ctx, p, body, key)
+	sent, start := s.cfg.Clock(), time.Now()
+	status, err := s.send(ctx, p, body, key)
+	s.logAttempt(p, sent, time.Since(start), key, n, status, err)
 	o, retryAfter := outcomeSuccess, time.Duration(0)
 	var he *HTTPError
 	switch {
@@ -396,13 +419,27 @@ func (s *Sink) observe(br *breaker, ep string, o outcome, retryAfter time.Durati
 	}
 }
 
-// send makes one request; a non-2xx answer is an *HTTPError.
-func (s *Sink) send(ctx context.Context, p *Partner, body []byte, key string) error {
+// logAttempt queues one request attempt for the delivery log (nothing
+// when the log is off).
+func (s *Sink) logAttempt(p *Partner, sent time.Time, latency time.Duration, key string, n, status int, err error) {
+	if s.dlog == nil {
+		return
+	}
+	d := Delivery{Tenant: p.Tenant, Partner: p.Name, At: sent, WebhookID: key, Events: n, Status: status, Latency: latency}
+	if err != nil {
+		d.Error = err.Error()
+	}
+	s.dlog.add(d)
+}
+
+// send makes one request and returns the answer's status (0 without an
+// answer); a non-2xx answer is an *HTTPError.
+func (s *Sink) send(ctx context.Context, p *Partner, body []byte, key string) (int, error) {
 	rctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, p.URL, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("build request: %w", scrubURL(err))
+		return 0, fmt.Errorf("build request: %w", scrubURL(err))
 	}
 	now := s.cfg.Clock()
 	req.Header.Set("Content-Type", "application/json")
@@ -411,9 +448,9 @@ func (s *Sink) send(ctx context.Context, p *Partner, body []byte, key string) er
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("no answer within the partner timeout %s: %w", p.Timeout, scrubURL(err))
+			return 0, fmt.Errorf("no answer within the partner timeout %s: %w", p.Timeout, scrubURL(err))
 		}
-		return scrubURL(err)
+		return 0, scrubURL(err)
 	}
 	defer resp.Body.Close()
 	lr := io.LimitReader(resp.Body, s.cfg.MaxResponseBytes)
@@ -421,11 +458,11 @@ func (s *Sink) send(ctx context.Context, p *Partner, body []byte, key string) er
 		// The body is not interpreted; read a bounded amount so that the
 		// connection can be reused when it is small.
 		_, _ = io.Copy(io.Discard, lr)
-		return nil
+		return resp.StatusCode, nil
 	}
 	got, _ := io.ReadAll(lr)
 	ra := min(parseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Clock()), s.cfg.MaxRetryAfter)
-	return newHTTPError(resp.StatusCode, ra, got)
+	return resp.StatusCode, newHTTPError(resp.StatusCode, ra, got)
 }
 
 // scrubURL replaces the URL inside a *url.Error by its redacted form: a

@@ -1,0 +1,104 @@
+package b2b
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/fairwayhq/fairway/internal/sink"
+)
+
+// encodeParallelMin is the fewest events per goroutine when a partner's
+// transform runs on several cores: below it, starting goroutines costs
+// more than it saves.
+const encodeParallelMin = 128
+
+// encodedEvents are the events of one tenant's batch that go to the
+// partner, each as its JSON in the request body.
+type encodedEvents struct {
+	recs []sink.Record // the records the partner takes
+	at   []int         // their index in the batch
+	enc  [][]byte      // their JSON; empty when errs[j] is set
+	errs []error       // a *sink.PermanentError for a record that cannot be sent
+	// filtered counts the events the partner's filter dropped, failed
+	// those its filter or map failed on.
+	filtered, failed int
+}
+
+// encodeEvents encodes batch[idx] for p: events whose op p does not take
+// and events its filter drops are left out (they count as applied), the
+// others are checked and written as BodyEvents or through p's map. A
+// transform is evaluated on up to GOMAXPROCS goroutines, each over a run
+// of the batch, since it costs several times the plain encoding.
+func encodeEvents(p *Partner, tr *transformer, env envelope, batch []sink.Record, idx []int) encodedEvents {
+	workers := 1
+	if tr != nil {
+		workers = max(1, min(runtime.GOMAXPROCS(0), len(idx)/encodeParallelMin))
+	}
+	if workers == 1 {
+		return encodeRun(p, tr, env, batch, idx)
+	}
+	parts := make([]encodedEvents, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(idx)/workers, (w+1)*len(idx)/workers
+		wg.Go(func() { parts[w] = encodeRun(p, tr, env, batch, idx[lo:hi]) })
+	}
+	wg.Wait()
+	out := encodedEvents{recs: make([]sink.Record, 0, len(idx)), at: make([]int, 0, len(idx)),
+		enc: make([][]byte, 0, len(idx)), errs: make([]error, 0, len(idx))}
+	for _, part := range parts {
+		out.recs, out.at = append(out.recs, part.recs...), append(out.at, part.at...)
+		out.enc, out.errs = append(out.enc, part.enc...), append(out.errs, part.errs...)
+		out.filtered, out.failed = out.filtered+part.filtered, out.failed+part.failed
+	}
+	return out
+}
+
+// encodeRun is encodeEvents on one goroutine.
+func encodeRun(p *Partner, tr *transformer, env envelope, batch []sink.Record, idx []int) encodedEvents {
+	out := encodedEvents{recs: make([]sink.Record, 0, len(idx)), at: make([]int, 0, len(idx)), errs: make([]error, 0, len(idx))}
+	// Every event is encoded into one buffer; ends[j] is where recs[j]'s
+	// JSON ends.
+	need := 0
+	for _, i := range idx {
+		need += eventSizeHint(&batch[i])
+	}
+	encoded := make([]byte, 0, need)
+	ends := make([]int, 0, len(idx))
+	for _, i := range idx {
+		r := &batch[i]
+		if !p.wants(r.Event.Op) {
+			continue // filtered out: applied
+		}
+		start := len(encoded)
+		err := checkEvent(r)
+		switch {
+		case err != nil:
+		case tr != nil:
+			var keep bool
+			if encoded, keep, err = tr.apply(encoded, r); err == nil && !keep {
+				out.filtered++
+				continue // dropped by the partner's filter: applied
+			}
+			if err != nil {
+				out.failed++
+			}
+		default:
+			encoded = appendCheckedEvent(encoded, r)
+		}
+		if size := len(encoded) - start; err == nil && env.size(size) > p.MaxRequestBytes {
+			err = sink.Permanent(fmt.Sprintf("event is %d bytes in a request, partner %s takes at most %d", env.size(size), p.Name, p.MaxRequestBytes), ErrEventTooLarge)
+		}
+		out.recs, out.at, ends, out.errs = append(out.recs, *r), append(out.at, i), append(ends, len(encoded)), append(out.errs, err)
+	}
+	out.enc = make([][]byte, len(ends))
+	for j, end := range ends {
+		start := 0
+		if j > 0 {
+			start = ends[j-1]
+		}
+		out.enc[j] = encoded[start:end:end]
+	}
+	return out
+}
