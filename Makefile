@@ -23,6 +23,14 @@ services: ## Make PostgreSQL and ClickHouse reachable (installs/starts private s
 services-stop: ## Stop the private servers `make services` started
 	@bash scripts/stop-services.sh
 
+.PHONY: nats
+nats: ## Install nats-server (go.mod's version) into bin/ and run it with deploy/nats/single.conf on 127.0.0.1:14222; prints each command's NATS_URL
+	@bash scripts/nats.sh start
+
+.PHONY: nats-stop
+nats-stop: ## Stop the nats-server `make nats` started (its data stays in .dev/nats/)
+	@bash scripts/nats.sh stop
+
 .PHONY: demo
 demo: services ## Run the whole pipeline in one process with a noisy tenant and many small ones
 	@$(WITH_ENV) $(GO) run ./cmd/fairway demo $(DEMO_ARGS)
