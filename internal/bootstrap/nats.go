@@ -230,7 +230,9 @@ func ConnectNATS(ctx context.Context, cfg NATSConfig, name string, log *slog.Log
 	for waited := false; ; waited = true {
 		nc, err := cfg.dial(ctx, name, opts)
 		if err == nil {
-			if err := CheckNATSServer(ctx, nc); err != nil {
+			checkCtx, cancelCheck := context.WithTimeout(parent, natsDialTimeout)
+			defer cancelCheck()
+			if err := CheckNATSServer(checkCtx, nc); err != nil {
 				nc.Close()
 				return nil, err
 			}
