@@ -102,7 +102,7 @@ func (s *NATSBinaryServer) Output() string { return s.out.String() }
 func OldNATSServer(t testing.TB) *NATSBinaryServer {
 	t.Helper()
 	if _, err := os.Stat(DebianNATSServer); err != nil {
-		t.Fatalf("this test runs fairway against a nats-server older than it needs: Debian's %s (2.9.10 in Debian 12) is missing (%v); install it with: sudo apt-get install -y nats-server", DebianNATSServer, err)
+		t.Fatalf("this test runs fairway against a nats-server older than it needs: Debian's %s (2.9.10 in Debian 12) is missing (%v); make services installs it, or: sudo apt-get install -y nats-server", DebianNATSServer, err)
 	}
 	dir := t.TempDir()
 	return StartNATSBinary(t, DebianNATSServer, dir, nil, "-js", "-sd", filepath.Join(dir, "jetstream"))
