@@ -23,6 +23,14 @@ services: ## Make PostgreSQL and ClickHouse reachable (installs/starts private s
 services-stop: ## Stop the private servers `make services` started
 	@bash scripts/stop-services.sh
 
+.PHONY: nats
+nats: ## Install nats-server (go.mod's version) into bin/ and run it with deploy/nats/single.conf on 127.0.0.1:14222; prints each command's NATS_URL
+	@bash scripts/nats.sh start
+
+.PHONY: nats-stop
+nats-stop: ## Stop the nats-server `make nats` started (its data stays in .dev/nats/)
+	@bash scripts/nats.sh stop
+
 .PHONY: demo
 demo: services ## Build bin/fairway and run the whole pipeline in one process (a noisy tenant, many small ones) until all is applied
 	@GO=$(GO) bash scripts/build.sh bin/fairway ./cmd/fairway

@@ -16,6 +16,11 @@
 #      installing Debian's packages with apt-get when they are missing. A
 #      later run reuses it, or restarts it if it died.
 #
+# It also installs Debian's nats-server package when /usr/sbin/nats-server is
+# missing: the tests run it as a server too old for fairway (2.9.10 in
+# Debian 12; internal/operating). fairway itself runs on the newer
+# nats-server `make nats` installs.
+#
 # FAIRWAY_PRIVATE_SERVICES=1 skips step 2. scripts/stop-services.sh stops the
 # private servers. System services are never started, stopped or configured.
 #
@@ -529,6 +534,16 @@ EOF
 	mv -f "$CH_DIR/users.xml.tmp" "$CH_DIR/users.xml"
 }
 
+# ---------------------------------------------------------------- old nats-server
+
+# setup_old_nats installs Debian's nats-server package when its binary is
+# missing (see the header). Nothing is started.
+setup_old_nats() {
+	[[ -x /usr/sbin/nats-server ]] && return 0
+	apt_install nats-server
+	[[ -x /usr/sbin/nats-server ]] || die "/usr/sbin/nats-server still missing after apt-get (see $APT_LOG)"
+}
+
 # ---------------------------------------------------------------- main
 
 main() {
@@ -542,6 +557,7 @@ main() {
 	PG_URL='' PG_PORT='' CH_ADDR='' CH_HTTP=''
 	setup_postgres
 	setup_clickhouse
+	setup_old_nats
 
 	local tmp
 	tmp=$(mktemp "$DEV/.services.env.XXXXXX")

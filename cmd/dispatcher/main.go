@@ -89,7 +89,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", tenancy.LeaseTTLDefault, "slot lease time; an unextended batch lease is re-dispatched after it")
 	fs.DurationVar(&c.Dispatch.PollInterval, "poll-interval", dispatch.PollIntervalDefault, "fallback backlog rescan interval")
 	fs.DurationVar(&c.Dispatch.RecoverInterval, "recover-interval", dispatch.RecoverIntervalDefault, "orphaned-batch recovery interval")
-	fs.IntVar(&c.WorkReplicas, "replicas", 1, "replicas of WORK, and of PRODUCTS if the dispatcher has to create it (3 in a cluster); an existing PRODUCTS is never changed")
+	fs.IntVar(&c.WorkReplicas, "replicas", 1, "replicas of the WORK stream, which the dispatcher creates (3 in a cluster)")
 	fs.StringVar(&c.LogFormat, "log-format", env("FAIRWAY_LOG_FORMAT", "text"), "text or json")
 	fs.StringVar(&c.LogLevel, "log-level", env("FAIRWAY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.IntVar(&c.TenantMetrics.TopK, "tenant-metrics-top", status.TopKDefault, "per destination, tenants with the most backlog that get their own metric series (the rest: tenant=\"other\"); 0 turns backlog metrics off")

@@ -65,12 +65,16 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	// PRODUCTS belongs to ingest: open it as configured (create it only if
-	// missing), never reset its replicas or replay horizon.
-	if _, err := events.OpenStream(startCtx, js, events.StreamConfig{Replicas: cfg.WorkReplicas}); err != nil {
+	// The dispatcher owns WORK: it creates it and applies its settings.
+	// PRODUCTS belongs to ingest: wait for it, however long that takes
+	// (docs/operating.md).
+	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
+		_, err := work.EnsureStream(ctx, js, work.StreamConfig{Replicas: cfg.WorkReplicas})
+		return err
+	}); err != nil {
 		return err
 	}
-	if _, err := work.EnsureStream(startCtx, js, work.StreamConfig{Replicas: cfg.WorkReplicas}); err != nil {
+	if _, err := bootstrap.AwaitStream(ctx, js, events.StreamName, "ingest", log); err != nil {
 		return err
 	}
 	reg := bootstrap.NewRegistry()

@@ -52,7 +52,12 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if _, err := events.EnsureStream(startCtx, js, cfg.Stream); err != nil {
+	// Ingest owns PRODUCTS: it creates it and applies its settings; the
+	// dispatcher and the sinks wait for it (docs/operating.md).
+	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
+		_, err := events.EnsureStream(ctx, js, cfg.Stream)
+		return err
+	}); err != nil {
 		return err
 	}
 	pub, err := ingest.NewPublisher(js)

@@ -46,7 +46,7 @@ type Config struct {
 	// --dest b2b:<partner>. AllowInsecureHTTP accepts http:// partner URLs.
 	SecretKey         []byte
 	AllowInsecureHTTP bool
-	// Replicas of the WORK and DLQ streams when they are created. Default 1.
+	// Replicas of the DLQ stream, which the sinks create. Default 1.
 	Replicas int
 	// Runner is the runtime's configuration (concurrency, fetch batch,
 	// AckWait, MaxDeliver, backoff, …); see runner.Config.
@@ -77,7 +77,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.IntVar(&c.ClickHouseFillRows, "clickhouse-fill-rows", clickhouse.FillRowsDefault, "ClickHouse group commit: an insert of caught-up tenants' items only waits until it has this many rows...")
 	fs.DurationVar(&c.ClickHouseFillWait, "clickhouse-fill-wait", clickhouse.FillWaitDefault, "...or until its oldest item waited this long (0: never waits; items of tenants with more waiting never wait)")
 	fs.BoolVar(&c.AllowInsecureHTTP, "allow-insecure-http", false, "b2b: accept http:// partner URLs (default: https only)")
-	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of the WORK and DLQ streams if this process creates them (3 in a cluster)")
+	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of the DLQ stream, which the sinks create (3 in a cluster)")
 	fs.IntVar(&r.Concurrency, "concurrency", runner.ConcurrencyDefault, fmt.Sprintf("work items applied at once by this process (default %d for --dest clickhouse, whose items wait together in group commit)", clickhouse.ConcurrencyDefault))
 	fs.IntVar(&r.FetchBatch, "fetch-batch", 0, "most work items per fetch (default: --concurrency); never more than free workers")
 	fs.DurationVar(&r.AckWait, "ack-wait", runner.AckWaitDefault, "JetStream AckWait of the WORK consumer (InProgress is sent every third of it)")

@@ -149,6 +149,10 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 	if _, err := events.EnsureStream(bg, js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
+	// The dispatcher creates WORK; the sinks wait for it.
+	if _, err := work.EnsureStream(bg, js, work.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
 	pub, _ := events.NewPublisher(js)
 	r := pub.PublishOne(bg, events.Event{Tenant: "acme", ProductID: "p1", Version: 3, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: json.RawMessage(`{"a":1}`)})
 	if r.Err != nil {

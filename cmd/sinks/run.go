@@ -50,20 +50,31 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if _, err := work.EnsureStream(startCtx, js, work.StreamConfig{Replicas: cfg.Replicas}); err != nil {
+	// The sinks own DLQ: they create it and apply its settings. WORK
+	// belongs to the dispatcher: wait for it, however long that takes
+	// (docs/operating.md).
+	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
+		_, err := dlq.EnsureStream(ctx, js, dlq.StreamConfig{Replicas: cfg.Replicas})
+		return err
+	}); err != nil {
 		return err
 	}
-	if _, err := dlq.EnsureStream(startCtx, js, dlq.StreamConfig{Replicas: cfg.Replicas}); err != nil {
+	if _, err := bootstrap.AwaitStream(ctx, js, work.StreamName, "the dispatcher", log); err != nil {
 		return err
 	}
+	startCtx, cancel = context.WithTimeout(ctx, time.Minute) // the rest of the start, after the wait
+	defer cancel()
 	reg := bootstrap.NewRegistry()
 	s, closeSink, err := openSink(startCtx, cfg, pool, reg)
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	r, err := runner.New(startCtx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg}, &cfg.Runner)
-	if err != nil {
+	var r *runner.Runner
+	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
+		r, err = runner.New(ctx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg}, &cfg.Runner)
+		return err
+	}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)

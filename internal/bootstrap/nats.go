@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -127,75 +130,173 @@ func checkCreds(path string) error {
 	return nil
 }
 
+// NATSConnectWait bounds how long a service waits at start for a NATS
+// server that does not answer (ConnectNATS), so that a wrong address or a
+// server that is not running yet ends the service within seconds, with
+// the reason, rather than after a long silence.
+const NATSConnectWait = 4 * time.Second
+
+// natsDialTimeout bounds one connection attempt (the TCP and TLS
+// handshakes and the server's answer to CONNECT).
+const natsDialTimeout = 5 * time.Second
+
 // Connect makes one attempt to connect to c's servers as client name, with
-// c's credentials and TLS settings and then opts.
+// c's credentials and TLS settings and then opts, and checks the server
+// (CheckNATSServer): its version and JetStream.
 func (c NATSConfig) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	sec, err := c.Options()
 	if err != nil {
 		return nil, err
 	}
-	return c.dial(name, append(sec, opts...))
-}
-
-// dial makes one connection attempt with opts (Options' and the caller's).
-func (c NATSConfig) dial(name string, opts []nats.Option) (*nats.Conn, error) {
-	url := cmp.Or(c.URL, NATSURLDefault)
-	opts = append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second)}, opts...)
-	nc, err := nats.Connect(url, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), natsDialTimeout)
+	defer cancel()
+	nc, err := c.dial(ctx, name, append(sec, opts...))
 	if err != nil {
-		_, hint := connectFailure(err)
-		return nil, fmt.Errorf("connect to NATS at %s: %w%s", RedactURL(url), err, hint)
+		return nil, err
+	}
+	if err := CheckNATSServer(ctx, nc); err != nil {
+		nc.Close()
+		return nil, err
 	}
 	return nc, nil
 }
 
-// ConnectNATS connects to cfg's servers and keeps reconnecting for ever,
-// logging disconnects and reconnects. While no server answers, the first
-// connection is retried until ctx ends, so a service can start before NATS
-// does; a server that refuses the client (its credentials or certificate,
-// or a certificate the client does not trust) ends it at once.
+// dial makes one connection attempt with opts (Options' and the caller's),
+// giving up when ctx ends.
+func (c NATSConfig) dial(ctx context.Context, name string, opts []nats.Option) (*nats.Conn, error) {
+	urls := cmp.Or(c.URL, NATSURLDefault)
+	timeout := natsDialTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(min(timeout, time.Until(d)), 100*time.Millisecond)
+	}
+	opts = append([]nats.Option{nats.Name(name), nats.Timeout(timeout)}, opts...)
+	nc, err := nats.Connect(urls, opts...)
+	if err != nil {
+		_, hint := connectFailure(err, urls)
+		return nil, fmt.Errorf("connect to NATS at %s: %w%s", RedactURL(urls), err, hint)
+	}
+	return nc, nil
+}
+
+// ConnectNATS connects to cfg's servers, checks the server
+// (CheckNATSServer) and keeps reconnecting for ever, logging why the
+// connection was lost and, when it changes or every 30 s, why reconnecting
+// fails (the server's reason when it refuses the client). At start, a
+// server that refuses the client (its credentials, permissions or
+// certificate, or a certificate the client does not trust), that is too
+// old or has no JetStream ends it at once; servers that do not answer are
+// retried for NATSConnectWait (less if ctx ends sooner).
 func ConnectNATS(ctx context.Context, cfg NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
 	opts, err := cfg.Options()
 	if err != nil {
 		return nil, err
 	}
+	rl := &reconnectLog{log: log, name: name}
 	opts = append(opts,
 		nats.MaxReconnects(-1),
+		// nats.go stops reconnecting when a server refuses the same
+		// credentials twice; a service keeps trying (the server's
+		// configuration may be fixed while it runs) and logs why.
+		nats.IgnoreAuthErrorAbort(),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("nats disconnected", "err", err)
+			if err != nil { // nil: closed or drained on purpose
+				log.Warn("nats disconnected; reconnecting", "name", name, "err", err)
+			}
 		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { rl.failed(err) }),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+			rl.reset()
+			log.Info("nats reconnected", "name", name, "url", c.ConnectedUrlRedacted())
+			if err := checkNATSVersion(c); err != nil {
+				log.Error("nats reconnected to a server fairway cannot use", "name", name, "err", err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			switch {
+			case isAuthError(err): // a server refusing a reconnect
+				rl.failed(err)
+			case errors.Is(err, nats.ErrSlowConsumer) && sub != nil:
+				log.Warn("nats slow consumer: messages dropped", "name", name, "subject", sub.Subject, "err", err)
+			default:
+				log.Error("nats", "name", name, "err", err)
+			}
 		}),
 	)
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, NATSConnectWait)
+	defer cancel()
 	for waited := false; ; waited = true {
-		nc, err := cfg.dial(name, opts)
+		nc, err := cfg.dial(ctx, name, opts)
 		if err == nil {
+			checkCtx, cancelCheck := context.WithTimeout(parent, natsDialTimeout)
+			defer cancelCheck()
+			if err := CheckNATSServer(checkCtx, nc); err != nil {
+				nc.Close()
+				return nil, err
+			}
 			return nc, nil
 		}
-		if refused, _ := connectFailure(err); refused {
+		if refused, _ := connectFailure(err, ""); refused {
 			return nil, err
 		}
 		if !waited {
-			log.Warn("nats not reachable yet; retrying", "name", name, "err", err)
+			log.Warn("nats not reachable yet; retrying", "name", name, "err", err, "for", NATSConnectWait)
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() == nil {
+				return nil, fmt.Errorf("%w (no server answered within %s: %w)", err, NATSConnectWait, ctx.Err())
+			}
 			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
 
-// connectFailure classifies a failed connection attempt. refused says
-// whether a server answered and refused the client (authorization, TLS
-// wanted or not offered, the client's certificate) or presented a
+// reconnectLog logs failed reconnection attempts: the first, then one
+// whose reason differs from the last one logged, or every 30 s.
+type reconnectLog struct {
+	log  *slog.Logger
+	name string
+
+	mu       sync.Mutex
+	last     string
+	at       time.Time
+	attempts int
+}
+
+const reconnectLogEvery = 30 * time.Second
+
+func (r *reconnectLog) failed(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts++
+	if msg := err.Error(); msg != r.last || time.Since(r.at) >= reconnectLogEvery {
+		r.log.Warn("nats reconnect failed; retrying", "name", r.name, "err", err, "attempts", r.attempts)
+		r.last, r.at = msg, time.Now()
+	}
+}
+
+func (r *reconnectLog) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last, r.at, r.attempts = "", time.Time{}, 0
+}
+
+func isAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)
+}
+
+// connectFailure classifies a failed connection attempt to urls. refused
+// says whether a server answered and refused the client (authorization,
+// TLS wanted or not offered, the client's certificate) or presented a
 // certificate the client does not trust: retrying does not help, the
-// configuration must change. hint names the settings to check, for the
-// error message.
-func connectFailure(err error) (refused bool, hint string) {
+// configuration must change. hint gives the reason nats.go leaves out
+// and names the settings to check, for the error message.
+func connectFailure(err error, urls string) (refused bool, hint string) {
 	var verify *tls.CertificateVerificationError
 	var op *net.OpError
 	switch {
@@ -203,16 +304,46 @@ func connectFailure(err error) (refused bool, hint string) {
 		return true, " (--nats-ca, NATS_CA, names the CA that signed the server's certificate)"
 	case errors.As(err, &op) && op.Op == "remote error": // a TLS alert from the server
 		return true, " (the server refused the TLS handshake; one that verifies clients wants --nats-cert and --nats-key signed by its CA)"
-	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
-		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+	case isAuthError(err):
 		return true, " (check --nats-creds, --nats-nkey or the user and password in --nats-url)"
 	case errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted),
 		errors.Is(err, nats.ErrNkeysNotSupported):
 		return true, ""
 	case errors.Is(err, nats.ErrNoServers):
-		return false, " (set NATS_URL or --nats-url)"
+		// nats.go reports a refused TCP connection as no servers at all.
+		return false, unreachable(urls) + " (set NATS_URL or --nats-url)"
 	}
 	return false, ""
+}
+
+// unreachable returns ": " and why a TCP connection to each of urls
+// (comma-separated) fails, or "" when one succeeds or urls is empty.
+func unreachable(urls string) string {
+	var why []string
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
+		}
+		p, err := url.Parse(u)
+		if err != nil || p.Hostname() == "" {
+			continue
+		}
+		addr := net.JoinHostPort(p.Hostname(), cmp.Or(p.Port(), "4222"))
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			return ""
+		}
+		why = append(why, err.Error())
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(why, "; ")
 }
 
 // DrainNATS drains nc and waits until it is closed, at most timeout:

@@ -176,7 +176,7 @@ func TestConnectNATSWaitsForServer(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("returned before the server started: %v", err)
 	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,20 +147,3 @@ func sameStreamConfig(have, want jetstream.StreamConfig) bool {
 		have.Discard == want.Discard &&
 		have.AllowDirect == want.AllowDirect
 }
-
-// OpenStream returns the stream as it is configured, creating it with c
-// only when it does not exist yet. Services that read PRODUCTS but do not
-// own its settings (the dispatcher) use it, so starting one never changes
-// the replicas or replay horizon that ingest set.
-func OpenStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
-	c = c.WithDefaults()
-	s, err := js.Stream(ctx, c.Name)
-	switch {
-	case err == nil:
-		return s, nil
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return EnsureStream(ctx, js, c)
-	default:
-		return nil, fmt.Errorf("open stream %s: %w", c.Name, err)
-	}
-}

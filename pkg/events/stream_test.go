@@ -126,31 +126,3 @@ func TestEnsureStreamInvalid(t *testing.T) {
 		t.Errorf("an invalid config created a stream")
 	}
 }
-
-// OpenStream creates a missing stream with the defaults and leaves an
-// existing stream's settings alone.
-func TestOpenStream(t *testing.T) {
-	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	s, err := OpenStream(ctx, js, StreamConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := s.CachedInfo().Config.MaxAge; got != 7*24*time.Hour {
-		t.Fatalf("created stream MaxAge %v, want the default", got)
-	}
-	if _, err := EnsureStream(ctx, js, StreamConfig{MaxAge: time.Hour}); err != nil { // ingest's setting
-		t.Fatal(err)
-	}
-	if s, err = OpenStream(ctx, js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.CachedInfo().Config.MaxAge; got != time.Hour {
-		t.Fatalf("OpenStream changed MaxAge to %v, want the 1h ingest set", got)
-	}
-}
