@@ -62,6 +62,13 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer closeSink()
+	if b, ok := s.(*b2b.Sink); ok { // partner changes apply at once
+		changes, err := store.ListenPartners(ctx)
+		if err != nil {
+			return err
+		}
+		go b.FollowChanges(ctx, changes)
+	}
 	r, err := runner.New(startCtx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg}, &cfg.Runner)
 	if err != nil {
 		return err

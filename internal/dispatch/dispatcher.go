@@ -343,8 +343,13 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 				d.kickRecovery()
 				continue
 			}
-			if r.Cursor {
-				d.m.wakeups.WithLabelValues("cursor").Inc()
+			if r.Partner != "" {
+				d.m.wakeups.WithLabelValues("partner").Inc()
+				d.reloads.Go(func() { d.partnerChanged(ctx, r) })
+				continue
+			}
+			if r.Cursor || r.Weight {
+				d.m.wakeups.WithLabelValues(map[bool]string{true: "cursor", false: "weight"}[r.Cursor]).Inc()
 				d.reloads.Go(func() { d.reloadPair(ctx, r.Tenant, r.Dest) })
 				continue
 			}

@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "in_flight", Help: "Grants being dispatched right now."}, []string{"dest"}),
 		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll, cursor (an operator moved a cursor: replay, cancel), members (a dispatcher joined or left)."}, []string{"source"}),
+			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll, cursor (an operator moved a cursor: replay, cancel, cursor reset), weight (an operator changed a weight), partner (an operator added, changed or removed a partner), members (a dispatcher joined or left)."}, []string{"source"}),
 		atLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "at_limit_total", Help: "Dispatch attempts that found the tenant at its slot limit."}, []string{"dest"}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
