@@ -22,6 +22,8 @@ type metrics struct {
 	throttled     *prometheus.CounterVec   // dest: grants a replay's rate held back
 	backfillWaits *prometheus.CounterVec   // dest: grants held back for the start-up backfill to deliver a batch
 	read          *prometheus.CounterVec   // dest: events read from PRODUCTS to cut grants
+	streamResets  *prometheus.CounterVec   // dest: pairs held because their cursor does not belong to the stream (stream_reset.go)
+	behindStream  *prometheus.CounterVec   // dest: pairs found with backlog and a cursor behind the stream's first sequence
 	pruned        prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
 	scanSecond    prometheus.Histogram
 	members       prometheus.Gauge // dispatchers alive at the last heartbeat
@@ -69,6 +71,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "backfill_waits_total", Help: "Grants held back a moment because the start-up backfill had delivered less than a batch past the tenant's cursor, by destination."}, []string{"dest"}),
 		read: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "read_events_total", Help: "Events the dispatcher read from PRODUCTS (with headers) to cut grants its index could not, by destination."}, []string{"dest"}),
+		streamResets: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "stream_resets_total", Help: "(tenant, destination) pairs this dispatcher held because their cursor does not belong to stream PRODUCTS (recreated, or restored from an older backup), by destination. A held pair is not dispatched until `fairway cursors reset`."}, []string{"dest"}),
+		behindStream: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cursor_behind_stream_total", Help: "(tenant, destination) pairs found with backlog and a cursor behind the first sequence stream PRODUCTS still holds (purge, MaxAge, MaxBytes): any of the tenant's events in between were removed before they were dispatched. Counted once per pair and cursor, by destination."}, []string{"dest"}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "batch_log_pruned_total", Help: "Rows of the batch log (fairway.batches) deleted as older than the retention (--batch-log-retention)."}),
 		scanSecond: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
@@ -77,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replay_feeds", Help: "Replay feeds running: one consumer of PRODUCTS per (tenant, destination) this dispatcher is replaying, which learns the replayed events' sequences and store times."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.backfillWaits, m.read, m.pruned, m.scanSecond, m.members, m.feeds} {
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.backfillWaits, m.read, m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.feeds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

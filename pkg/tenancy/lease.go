@@ -67,6 +67,8 @@ func ParseLeaseID(id string) (tenant, dest string, slot int, token int64, err er
 //   - while any live lease sits on a row at or above max_slots (the limit
 //     was lowered under it), nothing is handed out: in-use first falls
 //     under the new limit;
+//   - a pair held for a stream reset (limits.stream_reset_at, CheckStream)
+//     gets none: its cursor does not belong to the stream;
 //   - FOR UPDATE SKIP LOCKED makes concurrent acquirers take different
 //     rows without waiting; a row updated by a concurrent committed
 //     acquirer is re-checked on its newest version (READ COMMITTED
@@ -80,7 +82,7 @@ const candidateSQL = `
 	WHERE l.tenant = %[1]s AND l.dest = %[2]s
 	  AND s.slot_no < l.max_slots
 	  AND (s.expires_at IS NULL OR s.expires_at < now())
-	  AND NOT t.paused AND NOT l.paused
+	  AND NOT t.paused AND NOT l.paused AND l.stream_reset_at IS NULL
 	  AND NOT EXISTS (
 		SELECT 1 FROM fairway.slots h
 		WHERE h.tenant = l.tenant AND h.dest = l.dest
@@ -97,9 +99,14 @@ const takeSetSQL = `epoch = s.epoch + 1, acquired_at = now(),
 
 const freeSQL = `(s.expires_at IS NULL OR s.expires_at < now())`
 
-// statusSQL says why nothing was taken: NULL = unknown (tenant, dest),
-// 'paused', or 'busy'. Evaluated only when no slot was taken.
-const statusSQL = `(SELECT CASE WHEN t.paused OR l.paused THEN 'paused' ELSE 'busy' END
+// statusCaseSQL says why a pair (limits l, tenants t) got no slot:
+// 'stream reset', 'paused' or 'busy' (see missReason).
+const statusCaseSQL = `CASE WHEN l.stream_reset_at IS NOT NULL THEN 'stream reset'
+	WHEN t.paused OR l.paused THEN 'paused' ELSE 'busy' END`
+
+// statusSQL says why nothing was taken: NULL = unknown (tenant, dest), else
+// statusCaseSQL. Evaluated only when no slot was taken.
+const statusSQL = `(SELECT ` + statusCaseSQL + `
 	FROM fairway.limits l JOIN fairway.tenants t ON t.id = l.tenant
 	WHERE l.tenant = $1 AND l.dest = $2)`
 
@@ -116,8 +123,12 @@ FROM (VALUES (1)) v LEFT JOIN u ON true`
 // missReason turns the status of an empty acquisition into an error; nil
 // status means the pair has never been seen.
 func missReason(status *string) error {
-	if status != nil && *status == "paused" {
+	switch {
+	case status == nil:
+	case *status == "paused":
 		return ErrPaused
+	case *status == "stream reset":
+		return ErrStreamReset
 	}
 	return ErrAtLimit
 }
