@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,10 +111,11 @@ const statusSQL = `(SELECT ` + statusCaseSQL + `
 	FROM fairway.limits l JOIN fairway.tenants t ON t.id = l.tenant
 	WHERE l.tenant = $1 AND l.dest = $2)`
 
-// acquireSQL: $1 tenant, $2 dest, $3 holder, $4 ttl µs.
+// acquireSQL: $1 tenant, $2 dest, $3 holder, $4 ttl µs, $5 and $6 the
+// batch the lease records (NULL: none; AcquireBatch).
 var acquireSQL = `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1", "$2", "1") + `
 ), u AS (
-	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = NULL, to_seq = NULL
+	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = $5::bigint, to_seq = $6::bigint
 	FROM c WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = c.slot_no AND ` + freeSQL + `
 	RETURNING s.slot_no, s.epoch, s.expires_at
 )
@@ -138,8 +140,30 @@ func missReason(status *string) error {
 // ErrAtLimit, when the tenant is paused). A tenant or destination seen for
 // the first time is created with defaults.
 func (s *Store) Acquire(ctx context.Context, tenant, dest, holder string) (Lease, error) {
+	return s.acquire(ctx, tenant, dest, holder, Range{})
+}
+
+// AcquireBatch is Acquire for a batch that does not come from the cursor
+// (a dead letter sent back to its destination): the lease records
+// r.From..r.To as Dispatch records a batch, so that if it expires before
+// its holder releases it, the range becomes an orphan and a dispatcher
+// dispatches it again (Orphans). The cursor does not move.
+func (s *Store) AcquireBatch(ctx context.Context, tenant, dest, holder string, r Range) (Lease, error) {
+	if r.From < 1 || r.To < r.From || r.To > math.MaxInt64 {
+		return Lease{}, fmt.Errorf("acquire %s/%s: %w: range %d..%d", tenant, dest, ErrInvalidArgument, r.From, r.To)
+	}
+	return s.acquire(ctx, tenant, dest, holder, r)
+}
+
+// acquire runs acquireSQL; a zero r records no batch.
+func (s *Store) acquire(ctx context.Context, tenant, dest, holder string, r Range) (Lease, error) {
 	if err := validPair(tenant, dest); err != nil {
 		return Lease{}, err
+	}
+	var from, to *int64
+	if r.From > 0 {
+		f, t := int64(r.From), int64(r.To)
+		from, to = &f, &t
 	}
 	for attempt := 0; ; attempt++ {
 		var (
@@ -148,13 +172,13 @@ func (s *Store) Acquire(ctx context.Context, tenant, dest, holder string) (Lease
 			expires *time.Time
 			status  *string
 		)
-		if err := s.pool.QueryRow(ctx, acquireSQL, tenant, dest, holder, s.ttlUS).Scan(&slot, &token, &expires, &status); err != nil {
+		if err := s.pool.QueryRow(ctx, acquireSQL, tenant, dest, holder, s.ttlUS, from, to).Scan(&slot, &token, &expires, &status); err != nil {
 			return Lease{}, fmt.Errorf("acquire %s/%s: %w", tenant, dest, err)
 		}
 		if slot != nil {
 			return Lease{
 				ID: leaseID(tenant, dest, *slot, *token), Tenant: tenant, Dest: dest, Slot: *slot,
-				Token: *token, Holder: holder, ExpiresAt: *expires,
+				Token: *token, Holder: holder, ExpiresAt: *expires, FromSeq: r.From, ToSeq: r.To,
 			}, nil
 		}
 		if status != nil || attempt > 0 {
