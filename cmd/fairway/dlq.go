@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
-	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // dlqFlags are shared by the dlq subcommands.
@@ -28,10 +27,11 @@ func (c *cli) dlqCmd() *cobra.Command {
 		Short: "List, show, redrive and remove dead letters (stream DLQ)",
 		Long: `Dead letters are events a destination refused or gave up on, stored on
 dlq.<destination>.<tenant> with the reason, class, attempts and source
-sequence. Redrive republishes a letter's event into PRODUCTS with a fresh
-idempotency key, so it takes the normal fair path to every destination
-again (idempotent sinks change nothing where it had landed), and then
-deletes the letter. Lost-range letters cannot be redriven.`,
+sequence. Redrive sends a letter's event back to that destination only,
+as a work item that takes one of the tenant's slots there (the slot limit
+holds), and deletes the letter once WORK has the item; the other
+destinations do not see the event again. Lost-range letters cannot be
+redriven.`,
 	}
 	cmd.PersistentFlags().StringVar(&f.stream, "stream", dlq.StreamName, "dead-letter stream")
 	cmd.AddCommand(c.dlqListCmd(f), c.dlqShowCmd(f), c.dlqRedriveCmd(f), c.dlqRmCmd(f))
@@ -152,9 +152,18 @@ func (c *cli) dlqShowCmd(f *dlqFlags) *cobra.Command {
 func (c *cli) dlqRedriveCmd(f *dlqFlags) *cobra.Command {
 	var filter dlq.Filter
 	var all bool
+	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:   "redrive [--dest <destination>] [--tenant <tenant>] [--all] [id...]",
-		Short: "Republish dead-lettered events into PRODUCTS (fresh idempotency key) and delete their letters",
+		Short: "Send dead-lettered events back to the destination that refused them, and delete their letters",
+		Long: `redrive sends each letter's event back to the one destination whose letter
+it is, and to no other: per tenant and destination it takes a slot (waiting
+up to --wait while the tenant is at its slot limit there; a paused tenant
+is not waited for), hands the destination's sinks one work item that
+carries the events, and deletes the letters once WORK has stored it. The
+sinks apply the events idempotently (a newer version already applied
+wins); an event that fails again becomes a new letter. It needs
+PostgreSQL (DATABASE_URL) for the slots and NATS for the streams.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := parseIDs(args)
 			if err != nil {
@@ -164,16 +173,17 @@ func (c *cli) dlqRedriveCmd(f *dlqFlags) *cobra.Command {
 			if !all && filter.Dest == "" && filter.Tenant == "" && len(ids) == 0 {
 				return usageError{fmt.Errorf("name letters by id, --dest, --tenant, or say --all")}
 			}
-			q, js, closeNC, err := c.queue(cmd.Context(), f)
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			q, _, closeNC, err := c.queue(cmd.Context(), f)
 			if err != nil {
 				return err
 			}
 			defer closeNC()
-			pub, err := events.NewPublisher(js)
-			if err != nil {
-				return err
-			}
-			res, err := q.Redrive(cmd.Context(), pub, filter)
+			res, err := q.Redrive(cmd.Context(), filter, dlq.RedriveConfig{Slots: st, WaitForSlot: wait})
 			if err != nil {
 				return err
 			}
@@ -184,7 +194,7 @@ func (c *cli) dlqRedriveCmd(f *dlqFlags) *cobra.Command {
 					fmt.Fprintf(c.errOut, "letter %d (%s %s): left in place: %v\n", r.Letter.ID, r.Letter.Dest, r.Letter.Tenant, r.Err)
 					continue
 				}
-				fmt.Fprintf(c.out, "letter %d (%s %s) → %s seq %d\n", r.Letter.ID, r.Letter.Dest, r.Letter.Tenant, events.StreamName, r.Seq)
+				fmt.Fprintf(c.out, "letter %d (%s %s) → %s, work item %s\n", r.Letter.ID, r.Letter.Dest, r.Letter.Tenant, r.Letter.Dest, r.Item)
 			}
 			fmt.Fprintf(c.errOut, "redriven %d, left %d\n", len(res)-failed, failed)
 			if failed > 0 {
@@ -196,6 +206,7 @@ func (c *cli) dlqRedriveCmd(f *dlqFlags) *cobra.Command {
 	cmd.Flags().StringVar(&filter.Dest, "dest", "", "letters of this destination")
 	cmd.Flags().StringVar(&filter.Tenant, "tenant", "", "letters of this tenant")
 	cmd.Flags().BoolVar(&all, "all", false, "every letter")
+	cmd.Flags().DurationVar(&wait, "wait", dlq.RedriveWaitDefault, "how long to wait for a free slot of a tenant at its limit in a destination")
 	return cmd
 }
 

@@ -13,15 +13,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
-// dlqCLI runs `fairway dlq args...` against natsURL.
-func dlqCLI(t *testing.T, natsURL string, args ...string) (string, string, error) {
+// dlqCLI runs `fairway dlq args...` against natsURL and the database dsn.
+func dlqCLI(t *testing.T, natsURL, dsn string, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	cmd := newRootCmd(func(k string) string { return map[string]string{"NATS_URL": natsURL}[k] }, &out, &errOut)
+	cmd := newRootCmd(func(k string) string { return map[string]string{"NATS_URL": natsURL, "DATABASE_URL": dsn}[k] }, &out, &errOut)
 	cmd.SetArgs(append([]string{"dlq"}, args...))
 	err := cmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
@@ -31,8 +34,19 @@ func TestDLQCommands(t *testing.T) {
 	t.Parallel()
 	srv, nc := testenv.NATS(t)
 	ctx := context.Background()
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	store, err := tenancy.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	js, _ := jetstream.New(nc)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := dlq.EnsureStream(ctx, js, dlq.StreamConfig{}); err != nil {
@@ -71,19 +85,19 @@ func TestDLQCommands(t *testing.T) {
 	}
 	url := srv.ClientURL()
 
-	out, _, err := dlqCLI(t, url, "list")
+	out, _, err := dlqCLI(t, url, dsn, "list")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 {
 		t.Fatalf("list printed %d lines, want header + 3:\n%s", len(lines), out)
 	}
-	out, _, _ = dlqCLI(t, url, "list", "--tenant", "acme", "--dest", "postgres")
+	out, _, _ = dlqCLI(t, url, dsn, "list", "--tenant", "acme", "--dest", "postgres")
 	if !strings.Contains(out, "SQLSTATE 22P05") || strings.Contains(out, "globex") || !strings.Contains(out, "range") {
 		t.Fatalf("filtered list:\n%s", out)
 	}
 
-	out, _, err = dlqCLI(t, url, "show", "1")
+	out, _, err = dlqCLI(t, url, dsn, "show", "1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,49 +106,80 @@ func TestDLQCommands(t *testing.T) {
 			t.Errorf("show lacks %q:\n%s", want, out)
 		}
 	}
-	if _, _, err := dlqCLI(t, url, "show", "42"); !errors.Is(err, dlq.ErrNotFound) {
+	if _, _, err := dlqCLI(t, url, dsn, "show", "42"); !errors.Is(err, dlq.ErrNotFound) {
 		t.Errorf("show of a missing letter: %v", err)
 	}
-	if _, _, err := dlqCLI(t, url, "redrive"); !errors.As(err, new(usageError)) {
+	if _, _, err := dlqCLI(t, url, dsn, "redrive"); !errors.As(err, new(usageError)) {
 		t.Errorf("redrive without a selector: %v, want a usage error", err)
 	}
 
-	// Redrive acme's letters: the event goes back into PRODUCTS with a fresh
-	// key and its letter is deleted; the range letter stays.
-	out, errOut, err := dlqCLI(t, url, "redrive", "--tenant", "acme")
-	if err == nil || !strings.Contains(errOut, "letter 3") || !strings.Contains(errOut, "cannot be redriven") {
+	// Redrive acme's letters: the event goes to postgres alone, as a work
+	// item that carries it under a slot; its letter is deleted, the range
+	// letter stays. PRODUCTS is not written to.
+	out, errOut, err := dlqCLI(t, url, dsn, "redrive", "--tenant", "acme")
+	if err == nil || !strings.Contains(errOut, "letter 3") || !strings.Contains(errOut, "cannot be redriven") ||
+		!strings.Contains(out, "letter 1 (postgres acme) → postgres, work item acme/postgres/0/") {
 		t.Fatalf("redrive: err %v\nout %s\nerr %s", err, out, errOut)
 	}
 	ps, _ := js.Stream(ctx, events.StreamName)
-	info, _ := ps.Info(ctx)
-	if info.State.Msgs != 2 {
-		t.Fatalf("PRODUCTS holds %d events, want 2 (the original and the redriven one)", info.State.Msgs)
+	if info, _ := ps.Info(ctx); info.State.Msgs != 1 {
+		t.Fatalf("PRODUCTS holds %d events, want the original alone", info.State.Msgs)
 	}
-	m, err := ps.GetMsg(ctx, info.State.LastSeq)
-	if err != nil {
-		t.Fatal(err)
+	items := func() []work.Item {
+		t.Helper()
+		ws, _ := js.Stream(ctx, work.StreamName)
+		info, _ := ws.Info(ctx)
+		var out []work.Item
+		for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+			m, err := ws.GetMsg(ctx, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			it, err := work.Decode(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, it)
+		}
+		return out
 	}
-	ev, err := events.Decode(m.Data)
-	if err != nil || ev.ProductID != "p1" || ev.Version != 4 || !strings.HasPrefix(ev.IdempotencyKey, "redrive:1:") {
-		t.Fatalf("redriven event %+v %v", ev, err)
+	its := items()
+	if len(its) != 1 || its[0].Dest != "postgres" || its[0].Tenant != "acme" || !its[0].Redrive || len(its[0].Bodies) != 1 ||
+		its[0].Bodies[0].Seq != r.Seq || !bytes.Equal(its[0].Bodies[0].Data, body) || its[0].Bodies[0].Op != events.OpUpsert {
+		t.Fatalf("WORK holds %+v, want one redrive item for postgres carrying the event", its)
+	}
+	if n, err := store.InUse(ctx, "acme", "postgres"); err != nil || n != 1 {
+		t.Fatalf("acme's postgres slots in use: %d %v, want the redrive's", n, err)
 	}
 	ls, _ := q.List(ctx, dlq.Filter{})
 	if len(ls) != 2 || ls[0].ID != 2 || ls[1].ID != 3 {
 		t.Fatalf("letters left: %+v", ls)
 	}
 
-	// Redrive by id, then remove the range letter.
-	if _, _, err := dlqCLI(t, url, "redrive", "2"); err != nil {
+	// At its slot limit, a redrive waits for --wait, then leaves the letter.
+	if _, err := store.EnsureTenant(ctx, "globex"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := dlqCLI(t, url, "rm", "3"); err != nil {
+	if err := store.SetLimit(ctx, "globex", "clickhouse", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, err := dlqCLI(t, url, dsn, "redrive", "2", "--wait", "200ms"); err == nil || !strings.Contains(errOut, "no slot of globex/clickhouse free within 200ms") {
+		t.Fatalf("redrive at the limit: %v\n%s", err, errOut)
+	}
+	if err := store.SetLimit(ctx, "globex", "clickhouse", 1); err != nil {
+		t.Fatal(err)
+	}
+	// Redrive by id, then remove the range letter.
+	if _, _, err := dlqCLI(t, url, dsn, "redrive", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dlqCLI(t, url, dsn, "rm", "3"); err != nil {
 		t.Fatal(err)
 	}
 	if ls, _ := q.List(ctx, dlq.Filter{}); len(ls) != 0 {
 		t.Fatalf("letters left: %+v", ls)
 	}
-	info, _ = ps.Info(ctx)
-	if info.State.Msgs != 3 {
-		t.Fatalf("PRODUCTS holds %d events, want 3", info.State.Msgs)
+	if its := items(); len(its) != 2 || its[1].Dest != "clickhouse" || its[1].Tenant != "globex" || its[1].FromSeq != 99 {
+		t.Fatalf("WORK holds %+v, want a second item for globex's clickhouse", its)
 	}
 }

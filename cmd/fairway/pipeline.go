@@ -423,6 +423,11 @@ func (p *pipeline) openSink(ctx context.Context, dest string, pr *proc, log *slo
 		return nil, err
 	}
 	p.onClose(s.Close)
+	changes, err := pr.store.ListenPartners(p.ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.Go(func(ctx context.Context) error { s.FollowChanges(ctx, changes); return nil })
 	return s, nil
 }
 

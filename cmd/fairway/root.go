@@ -46,7 +46,7 @@ func newRootCmd(getenv func(string) string, out, errOut io.Writer) *cobra.Comman
 	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "text", "text or json")
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "warn", "debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(c.migrateCmd(), c.tenantsCmd(), c.adminTokenCmd(), c.tokensCmd(), c.demoCmd(), c.statusCmd(), c.partnersCmd(), c.dlqCmd(), c.replayCmd(), c.serveCmd())
+	root.AddCommand(c.migrateCmd(), c.tenantsCmd(), c.adminTokenCmd(), c.tokensCmd(), c.demoCmd(), c.statusCmd(), c.partnersCmd(), c.dlqCmd(), c.replayCmd(), c.cursorsCmd(), c.serveCmd())
 	return root
 }
 

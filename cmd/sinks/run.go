@@ -70,6 +70,13 @@ func run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer closeSink()
+	if b, ok := s.(*b2b.Sink); ok { // partner changes apply at once
+		changes, err := store.ListenPartners(ctx)
+		if err != nil {
+			return err
+		}
+		go b.FollowChanges(ctx, changes)
+	}
 	var r *runner.Runner
 	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
 		r, err = runner.New(ctx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg}, &cfg.Runner)

@@ -594,7 +594,7 @@ func TestSingleNode(t *testing.T) {
 		if _, err := dl.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
 			t.Fatalf("operator: DLQ next: %v", err)
 		}
-		c.jsPublish(ctx, "products.acme.upsert", []byte(`{"redriven":true}`))
+		c.jsPublish(ctx, "work.postgres.acme", []byte(`{"redriven":true}`)) // dlq redrive
 		if err := c.stream(ctx, "DLQ").Purge(ctx); err != nil {
 			t.Fatalf("operator: purge DLQ: %v", err)
 		}
@@ -607,7 +607,7 @@ func TestSingleNode(t *testing.T) {
 		c.denyPublish("$JS.API.STREAM.DELETE.WORK")
 		c.denyPublish("$JS.API.STREAM.PURGE.WORK")
 		c.denyPublish("$JS.API.STREAM.CREATE.OTHER")
-		c.denyPublish("work.postgres.acme")
+		c.denyPublish("products.acme.upsert")
 		c.denyPublish("dlq.postgres.acme")
 		c.denySubscribe("products.>")
 	})

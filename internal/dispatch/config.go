@@ -94,10 +94,11 @@ type Config struct {
 	// scheduler.Dampening). Default none.
 	Dampening map[string]*scheduler.Dampening
 
-	// PollInterval is the fallback rescan of every tenant's backlog and
-	// weights, for whatever the doorbell and release wake-ups cannot see
-	// (a cursor moved back for replay, a changed weight, a tenant with new
-	// partners). Default 30s.
+	// PollInterval is the fallback rescan of every tenant's backlog,
+	// cursor, weight and partners, and of the stream's cursors
+	// (stream_reset.go). Operators' changes (replays, weights, partners)
+	// arrive at once as notifications (tenancy.Listen); the rescan
+	// catches what a lost one would miss. Default 30s.
 	PollInterval time.Duration
 
 	// RecoverInterval is how often the dispatcher sweeps expired leases and

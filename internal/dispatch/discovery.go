@@ -62,6 +62,10 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 		}
 		states[x.name] = m
 	}
+	streamFirst, err := d.checkStream(ctx, stream) // after the cursors: see tenancy.CheckStream
+	if err != nil {
+		return 0, 0, err
+	}
 	var (
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, d.cfg.ScanParallelism)
@@ -79,6 +83,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 			backlog, first, err := d.probe(ctx, p.tenant, ps.NextSeq)
 			var run denseRun
 			if err == nil {
+				d.noteBehind(p.x, p.tenant, ps.NextSeq, streamFirst, backlog)
 				run, err = d.denseBacklog(ctx, p.tenant, ps.NextSeq, backlog, first)
 			}
 			if err != nil {

@@ -86,6 +86,8 @@ type Dispatcher struct {
 	// members is the last heartbeat's view of the dispatchers alive
 	// (members.go); nil before the first.
 	members atomic.Pointer[membership]
+	// resets: cursors that do not fit the stream (stream_reset.go).
+	resets streamResets
 
 	// bodies bounds the event bodies the index holds for work items to
 	// carry (carried_body.go); itemBytes is the most body bytes one item
@@ -161,6 +163,9 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 // item was not published. It returns nil after a clean shutdown, or the
 // error that stopped it from starting.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancelCause(ctx) // stop(ErrStreamMovedBack): stream_reset.go
+	defer stop(nil)
+	d.resets.stop = stop
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	releases, err := d.st.Listen(ctx)
@@ -223,6 +228,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	aux.Wait()
 	d.reloads.Wait()
 	d.log.Info("dispatcher stopped", "holder", d.cfg.Holder)
+	if err := context.Cause(ctx); errors.Is(err, ErrStreamMovedBack) {
+		return err
+	}
 	return nil
 }
 
@@ -346,8 +354,13 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 				d.kickRecovery()
 				continue
 			}
-			if r.Cursor {
-				d.m.wakeups.WithLabelValues("cursor").Inc()
+			if r.Partner != "" {
+				d.m.wakeups.WithLabelValues("partner").Inc()
+				d.reloads.Go(func() { d.partnerChanged(ctx, r) })
+				continue
+			}
+			if r.Cursor || r.Weight {
+				d.m.wakeups.WithLabelValues(map[bool]string{true: "cursor", false: "weight"}[r.Cursor]).Inc()
 				d.reloads.Go(func() { d.reloadPair(ctx, r.Tenant, r.Dest) })
 				continue
 			}

@@ -74,3 +74,20 @@ func (d *Dispatcher) Refilled() float64 { return testutil.ToFloat64(d.m.refilled
 func (d *Dispatcher) BodyWaits(dest string) float64 {
 	return testutil.ToFloat64(d.m.bodyWaits.WithLabelValues(dest))
 }
+
+// Weight returns the weight dest's scheduler uses for tenant (0: the
+// tenant is unknown there).
+func (d *Dispatcher) Weight(dest, tenant string) int {
+	d.mu.Lock()
+	x := d.dests[dest]
+	d.mu.Unlock()
+	if x == nil {
+		return 0
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if ts := x.tenants[tenant]; ts != nil {
+		return ts.weight
+	}
+	return 0
+}

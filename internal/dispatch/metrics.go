@@ -24,6 +24,8 @@ type metrics struct {
 	bodyWaits     *prometheus.CounterVec   // dest: grants held back for the refill to bring their bodies
 	refilled      prometheus.Counter       // event bodies the refill read again
 	read          *prometheus.CounterVec   // dest: events read from PRODUCTS to cut grants
+	streamResets  *prometheus.CounterVec   // dest: pairs held because their cursor does not belong to the stream (stream_reset.go)
+	behindStream  *prometheus.CounterVec   // dest: pairs found with backlog and a cursor behind the stream's first sequence
 	pruned        prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
 	scanSecond    prometheus.Histogram
 	members       prometheus.Gauge // dispatchers alive at the last heartbeat
@@ -50,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "in_flight", Help: "Grants being dispatched right now."}, []string{"dest"}),
 		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll, cursor (an operator moved a cursor: replay, cancel), members (a dispatcher joined or left)."}, []string{"source"}),
+			Name: "wakeups_total", Help: "Wake-ups by source: doorbell (new events), backfill (backlog indexed at start), release (a slot freed), rescan (listener reconnected), poll, cursor (an operator moved a cursor: replay, cancel, cursor reset), weight (an operator changed a weight), partner (an operator added, changed or removed a partner), members (a dispatcher joined or left)."}, []string{"source"}),
 		atLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "at_limit_total", Help: "Dispatch attempts that found the tenant at its slot limit."}, []string{"dest"}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -75,6 +77,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bodies_refilled_total", Help: "Event bodies read again in stream order, once the body budget had room, for work items to carry them (--body-budget)."}),
 		read: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "read_events_total", Help: "Events the dispatcher read from PRODUCTS (with headers) to cut grants its index could not, by destination."}, []string{"dest"}),
+		streamResets: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "stream_resets_total", Help: "(tenant, destination) pairs this dispatcher held because their cursor does not belong to stream PRODUCTS (recreated, or restored from an older backup), by destination. A held pair is not dispatched until `fairway cursors reset`."}, []string{"dest"}),
+		behindStream: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cursor_behind_stream_total", Help: "(tenant, destination) pairs found with backlog and a cursor behind the first sequence stream PRODUCTS still holds (purge, MaxAge, MaxBytes): any of the tenant's events in between were removed before they were dispatched. Counted once per pair and cursor, by destination."}, []string{"dest"}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "batch_log_pruned_total", Help: "Rows of the batch log (fairway.batches) deleted as older than the retention (--batch-log-retention)."}),
 		scanSecond: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
@@ -83,7 +89,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replay_feeds", Help: "Replay feeds running: one consumer of PRODUCTS per (tenant, destination) this dispatcher is replaying, which learns the replayed events' sequences and store times."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.backfillWaits, m.bodyWaits, m.refilled, m.read, m.pruned, m.scanSecond, m.members, m.feeds} {
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.backfillWaits, m.bodyWaits, m.refilled, m.read,
+		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.feeds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

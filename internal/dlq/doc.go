@@ -20,19 +20,29 @@
 //
 // # Redrive
 //
-// Redrive republishes an event letter's event into PRODUCTS with a fresh
-// idempotency key, "redrive:<dlq-seq>:<dlq-time>", and then deletes the
-// letter. The event then takes the normal fair, slot-limited path to every
-// destination. Three consequences, chosen on purpose:
+// Redrive sends an event letter's event back to the destination whose
+// letter it is, and to no other (Queue.Redrive). Per (tenant, destination)
+// it takes a slot in PostgreSQL as a dispatcher does (tenancy
+// AcquireBatch: the slot limit, pauses and stream-reset holds apply, and
+// the lease records the events' range, so that a lease that expires
+// unreleased leaves an orphan a dispatcher dispatches again), publishes
+// one work item to WORK on work.<dest>.<tenant> that carries the events
+// (work.Item.Redrive, under the sequences PRODUCTS stored them at), and
+// deletes the letters once WORK has stored it. The destination's sinks
+// apply it like any work item and release the slot. Consequences, chosen
+// on purpose:
 //
-//   - The original key would be dropped by PRODUCTS' duplicate window if
-//     the event failed recently; a fresh key is not. The key is derived
-//     from the letter, so a redrive interrupted between publish and delete
-//     and run again publishes a duplicate that JetStream drops.
-//   - Destinations that had applied the event see it again. Sinks are
-//     idempotent by (tenant, product, version), so PostgreSQL and
-//     ClickHouse change nothing; B2B partners get the same version again,
-//     which they must tolerate anyway (at-least-once delivery).
+//   - The other destinations, which applied the event, never see it again;
+//     PRODUCTS is not written to.
+//   - The item carries the events, so a redrive works after PRODUCTS has
+//     dropped them (MaxAge). A sink does not look their headers up in
+//     PRODUCTS, whose sequences may name other events by then; an event
+//     that fails again is a new letter (Letter.Redriven, its Nats-Msg-Id
+//     names the redrive's lease), not a duplicate the DLQ would drop.
 //   - The event keeps its version: if a newer version was applied since,
 //     the redriven one changes nothing (the Order invariant).
+//   - A redrive interrupted between the publish and the deletes and run
+//     again sends the events again under a new lease: applied twice, which
+//     idempotent sinks absorb (B2B partners get the same version again,
+//     as at-least-once delivery allows).
 package dlq

@@ -44,6 +44,7 @@ const (
 	HeaderSourceSubject = "Fairway-Dlq-Source-Subject"
 	HeaderLease         = "Fairway-Dlq-Lease"
 	HeaderDeliveries    = "Fairway-Dlq-Deliveries"
+	HeaderRedriven      = "Fairway-Dlq-Redriven"
 )
 
 // maxReasonBytes bounds the reason header; NATS headers are not for essays.
@@ -76,6 +77,10 @@ type Letter struct {
 	SourceSubject string
 	// Lease is the slot lease the work item ran under.
 	Lease string
+	// Redriven says the event failed again after a redrive sent it back
+	// (work.Item.Redrive); such a letter is a new one, not a duplicate of
+	// the letter redriven.
+	Redriven bool
 	// Header holds the event's own headers (KindEvent).
 	Header nats.Header
 	// Data is the event as stored (KindEvent) or the work item (KindRange).
@@ -102,10 +107,13 @@ func FilterSubject(dest, tenant string) string {
 }
 
 // MsgID is the letter's dedup key: one letter per destination and source
-// event (or lost range and lease).
+// event (or lost range and lease; or redrive lease and event).
 func (l *Letter) MsgID() string {
 	if l.Kind == KindRange {
 		return fmt.Sprintf("dlq/%s/range/%s", l.Dest, l.Lease)
+	}
+	if l.Redriven {
+		return fmt.Sprintf("dlq/%s/redrive/%s/%d", l.Dest, l.Lease, l.SourceSeq)
 	}
 	return fmt.Sprintf("dlq/%s/%s/%d", l.Dest, l.SourceStream, l.SourceSeq)
 }
@@ -138,6 +146,9 @@ func (l *Letter) Msg() *nats.Msg {
 	set(HeaderSourceSeq, strconv.FormatUint(l.SourceSeq, 10))
 	set(HeaderSourceSubject, l.SourceSubject)
 	set(HeaderLease, l.Lease)
+	if l.Redriven {
+		set(HeaderRedriven, "true")
+	}
 	m.Data = l.Data
 	return m
 }
@@ -163,6 +174,7 @@ func Parse(m *jetstream.RawStreamMsg) (Letter, error) {
 	if l.Kind != KindEvent && l.Kind != KindRange {
 		return l, fmt.Errorf("%w: message %d has kind %q", ErrNotLetter, m.Sequence, l.Kind)
 	}
+	l.Redriven = h.Get(HeaderRedriven) == "true"
 	l.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	l.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
 	l.SourceSeq, _ = strconv.ParseUint(h.Get(HeaderSourceSeq), 10, 64)

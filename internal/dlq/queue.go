@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -176,74 +175,4 @@ func (q *Queue) Delete(ctx context.Context, id uint64) error {
 		return fmt.Errorf("delete dead letter %d: %w", id, err)
 	}
 	return nil
-}
-
-// RedriveResult is what happened to one letter.
-type RedriveResult struct {
-	Letter Letter
-	// Seq is the PRODUCTS sequence of the republished event.
-	Seq uint64
-	// Err is why the letter was left in place (ErrNotRedrivable, a publish
-	// or delete error).
-	Err error
-}
-
-// redrivable returns the event of letter l to publish again. A letter's
-// tenant is its subject's, so an event whose body names another tenant or
-// op than the subject it was stored on (events.CheckSubject: a
-// "tenant mismatch" letter) is never republished.
-func redrivable(l Letter) (events.Event, error) {
-	ev, err := events.Decode(l.Data)
-	if err != nil {
-		return ev, fmt.Errorf("%w: %v", ErrNotRedrivable, err)
-	}
-	if l.SourceSubject != "" {
-		err = ev.CheckSubject(l.SourceSubject)
-	} else if ev.Tenant != l.Tenant {
-		err = fmt.Errorf("%s: the letter is tenant %q's, the event names tenant %q", events.MismatchTenant, l.Tenant, ev.Tenant)
-	}
-	if err != nil {
-		return ev, fmt.Errorf("%w: %v", ErrNotRedrivable, err)
-	}
-	return ev, nil
-}
-
-// RedriveKey is the idempotency key a redriven letter's event gets.
-func RedriveKey(l Letter) string {
-	return "redrive:" + strconv.FormatUint(l.ID, 10) + ":" + strconv.FormatInt(l.StoredAt.UnixNano(), 10)
-}
-
-// Redrive republishes the events of the letters matching f through pub
-// (into PRODUCTS, with RedriveKey as idempotency key) and deletes each
-// letter once its event is stored. Letters that cannot be redriven stay,
-// with Err set. The error is for failures to list at all.
-func (q *Queue) Redrive(ctx context.Context, pub *events.Publisher, f Filter) ([]RedriveResult, error) {
-	letters, err := q.List(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	res := make([]RedriveResult, len(letters))
-	for i, l := range letters {
-		res[i].Letter = l
-		if l.Kind != KindEvent {
-			res[i].Err = fmt.Errorf("%w: %s letter (events lost from %s; nothing to republish)", ErrNotRedrivable, l.Kind, l.SourceStream)
-			continue
-		}
-		ev, err := redrivable(l)
-		if err != nil {
-			res[i].Err = err
-			continue
-		}
-		ev.IdempotencyKey = RedriveKey(l)
-		r := pub.PublishOne(ctx, ev)
-		if r.Err != nil {
-			res[i].Err = fmt.Errorf("republish letter %d: %w", l.ID, r.Err)
-			continue
-		}
-		res[i].Seq = r.Seq
-		if err := q.Delete(ctx, l.ID); err != nil && !errors.Is(err, ErrNotFound) {
-			res[i].Err = err
-		}
-	}
-	return res, nil
 }

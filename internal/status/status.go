@@ -29,6 +29,10 @@ const (
 	ReasonRetrying    = "retrying"             // a held batch failed and is being retried with backoff
 	ReasonLimitZero   = "limit 0"              // max_slots is 0: dispatch is switched off
 	ReasonReplaying   = "replaying"            // a replay is dispatched again, paced by its rate
+	// ReasonStreamReset: the cursor does not belong to stream PRODUCTS (it
+	// was recreated or restored); nothing is dispatched until `fairway
+	// cursors reset` (pkg/tenancy CheckStream).
+	ReasonStreamReset = "stream reset"
 )
 
 // Row is the status of one (tenant, destination).
@@ -45,7 +49,8 @@ type Row struct {
 	Replaying bool
 	Reason    string
 	// WaitDetail is what the sink said about a batch that is retrying or
-	// waiting for an open circuit (the last error), else "".
+	// waiting for an open circuit (the last error), or why the pair is
+	// held for a stream reset, else "".
 	WaitDetail string `json:",omitempty"`
 }
 
@@ -99,6 +104,9 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 		}
 		if r.Reason == "" || r.Paused {
 			r.Reason = reason(r)
+		}
+		if p.StreamReset != "" {
+			r.Reason, r.WaitDetail = ReasonStreamReset, p.StreamReset
 		}
 		rows = append(rows, r)
 	}

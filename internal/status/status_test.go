@@ -3,6 +3,7 @@ package status_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,23 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	if _, err := st.Acquire(ctx, "done", "clickhouse", "s1"); err != nil {
 		t.Fatal(err)
 	}
+	// reset: a cursor past the stream's end, held by the stream check.
+	if err := st.SetCursor(ctx, "reset", "postgres", 100); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CheckStream(ctx, func(ctx context.Context) (tenancy.StreamPosition, error) {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return tenancy.StreamPosition{}, err
+		}
+		return tenancy.StreamPosition{Name: info.Config.Name, Created: info.Created, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.>"}})
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +123,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		"quiet/postgres":  {0, status.ReasonIdle, 0},
 		"done/clickhouse": {0, status.ReasonApplying, 0},
 		"again/postgres":  {2, status.ReasonReplaying, 0},
+		"reset/postgres":  {0, status.ReasonStreamReset, 0},
 	}
 	for k, w := range want {
 		r, ok := got[k]
@@ -114,6 +133,9 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	}
 	if a := got["acme/postgres"]; a.OldestAge <= 0 || a.InUse != 1 || a.Limit != 1 {
 		t.Errorf("acme row %+v", a)
+	}
+	if r := got["reset/postgres"]; !strings.Contains(r.WaitDetail, "cursor 100 is past the end of stream PRODUCTS") {
+		t.Errorf("reset row %+v: the detail does not say why", r)
 	}
 	if len(rows) != len(want) {
 		t.Errorf("%d rows, want %d", len(rows), len(want))

@@ -346,3 +346,28 @@ func normal(it work.Item) work.Item {
 	}
 	return it
 }
+
+// A redrive carries its events: it round-trips with its bodies and the
+// flag, and one without bodies is refused both ways (read from PRODUCTS,
+// its sequences may name other events).
+func TestRedriveItemCarriesItsEvents(t *testing.T) {
+	t.Parallel()
+	it := carried(rand.New(rand.NewPCG(7, 7)), 40, 3)
+	it.Redrive = true
+	m, err := it.Msg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := work.Decode(m.Data)
+	if err != nil || !got.Redrive || len(got.Bodies) != 3 {
+		t.Fatalf("decoded %+v, %v; want a redrive with 3 bodies", got, err)
+	}
+	bare := it
+	bare.Bodies = nil
+	if _, err := bare.Msg(); !errors.Is(err, work.ErrInvalidItem) {
+		t.Fatalf("Msg of a redrive without bodies: %v, want ErrInvalidItem", err)
+	}
+	if _, err := work.Decode([]byte(`{"tenant":"acme","dest":"postgres","from_seq":40,"to_seq":42,"count":3,"lease_id":"acme/postgres/1/9","token":9,"redrive":true}`)); !errors.Is(err, work.ErrInvalidItem) {
+		t.Fatalf("Decode of a redrive without bodies: %v, want ErrInvalidItem", err)
+	}
+}

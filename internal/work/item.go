@@ -22,6 +22,10 @@ const (
 // ErrInvalidItem marks a work item that cannot be handed off or applied.
 var ErrInvalidItem = errors.New("invalid work item")
 
+// errRedriveBare: a redrive (Item.Redrive) must carry its events; read
+// from PRODUCTS, its sequences may name other events.
+var errRedriveBare = fmt.Errorf("%w: a redrive carries its events, this one none", ErrInvalidItem)
+
 // Item is one batch of a tenant's events for one destination: the PRODUCTS
 // sequences From..To (inclusive) on the tenant's subjects, Count of them,
 // dispatched under the slot lease LeaseID with fencing token Token.
@@ -67,6 +71,14 @@ type Item struct {
 	// carry both). Nil: the sink reads the events from PRODUCTS. Bodies go
 	// on the wire in the binary form of wire_bodies.go, never as JSON.
 	Bodies []Body `json:"-"`
+	// Redrive marks an item that sends dead letters back to the one
+	// destination that refused them (internal/dlq, Queue.Redrive). It
+	// carries the letters' events (Bodies), under the sequences PRODUCTS
+	// stored them at, which it may no longer hold: a sink applies them as
+	// it applies any carried events, but does not look their headers up
+	// in PRODUCTS, and dead-letters one that fails again as a new letter
+	// (dlq.Letter.Redriven) rather than as a duplicate of the old one.
+	Redrive bool `json:"redrive,omitempty"`
 }
 
 // Times are the store times of an item's events to the millisecond:
@@ -192,6 +204,8 @@ func (it Item) Msg() (*nats.Msg, error) {
 	)
 	if it.Bodies != nil {
 		b, err = it.appendBodies(nil)
+	} else if it.Redrive {
+		return nil, errRedriveBare
 	} else {
 		b, err = json.Marshal(it.wire())
 	}
@@ -218,6 +232,9 @@ func Decode(data []byte) (Item, error) {
 	it, err := w.item()
 	if err != nil {
 		return it, fmt.Errorf("%w: %v", ErrInvalidItem, err)
+	}
+	if it.Redrive {
+		return it, errRedriveBare
 	}
 	return it, it.Validate()
 }

@@ -323,7 +323,7 @@ var dispatchGroupSQL = `WITH q AS (
 )
 SELECT q.pi, (SELECT count(*) FROM cur WHERE cur.pi = q.pi), (SELECT count(*) FROM c WHERE c.pi = q.pi),
 	u.slot_no, u.epoch, u.expires_at, u.from_seq, u.to_seq,
-	(SELECT CASE WHEN t.paused OR l.paused THEN 'paused' ELSE 'busy' END
+	(SELECT ` + statusCaseSQL + `
 	 FROM fairway.limits l JOIN fairway.tenants t ON t.id = l.tenant WHERE l.tenant = q.tenant AND l.dest = q.dest)
 FROM q LEFT JOIN u ON u.pi = q.pi
 ORDER BY q.pi, u.from_seq`

@@ -10,12 +10,19 @@
 //	tenants(id, display_name, weight, paused, created_at)
 //	api_tokens(hash, tenant|NULL for admin, admin, name, created_at, revoked_at,
 //	           id, prefix)                                  PK hash; id, prefix: 00013
-//	limits(tenant, dest, max_slots, weight, changed_at)     PK (tenant, dest)
+//	limits(tenant, dest, max_slots, weight, changed_at, paused,
+//	       stream_reset_at, stream_reset_detail)          PK (tenant, dest)
 //	slots(tenant, dest, slot_no, epoch, holder, acquired_at, expires_at,
 //	      from_seq, to_seq,
 //	      wait_kind, wait_detail, wait_epoch, wait_since)   PK (tenant, dest, slot_no)
 //	cursors(tenant, dest, next_seq)                         PK (tenant, dest)
 //	batches(id, tenant, dest, from_seq, to_seq, slot_no, epoch, holder, created_at)
+//	streams(name, created_at)                               PK name; 00016
+//
+// stream_reset_at (00016) holds a pair whose cursor does not belong to the
+// stream (CheckStream): no slot of it is handed out (ErrStreamReset) until
+// ResetCursors. streams keeps the creation time of the stream the cursors
+// point into, which tells a stream created anew.
 //
 // The wait_* columns (00009) are a note the holder of a lease leaves with
 // SetLeaseWait while it backs off ("retrying", "circuit open"); it counts
@@ -98,8 +105,12 @@
 //
 // Release frees the row and calls pg_notify('fairway_released',
 // "<tenant> <dest>") in the same statement; SetLimit, SetPaused(false) and
-// Sweep notify too. Listen holds a dedicated LISTEN connection, reconnects
-// on loss and then sends Released{} meaning "rescan".
+// Sweep notify too. Operators' changes notify in their transaction as
+// well: a moved cursor ("<tenant> <dest> cursor"), a weight ("<tenant>
+// <dest> weight") and, on 'fairway_partners', a partner (NotifyPartner).
+// Listen holds a dedicated LISTEN connection, reconnects on loss and then
+// sends Released{} meaning "rescan"; ListenPartners follows partner
+// changes alone.
 //
 // # Grouped statements
 //

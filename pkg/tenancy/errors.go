@@ -31,6 +31,10 @@ var (
 	// (errors.Is(ErrPaused, ErrAtLimit) is true), so a dispatcher that only
 	// knows ErrAtLimit skips paused tenants correctly.
 	ErrPaused = fmt.Errorf("%w: tenant paused", ErrAtLimit)
+	// ErrStreamReset: the (tenant, destination) is held because its cursor
+	// does not belong to the stream (CheckStream); `fairway cursors reset`
+	// releases it. It matches ErrAtLimit too, like ErrPaused.
+	ErrStreamReset = fmt.Errorf("%w: held for a stream reset", ErrAtLimit)
 	// ErrStaleLease: the lease was fenced out — its slot has been leased
 	// again under a newer token. Nothing was changed.
 	ErrStaleLease = errors.New("tenancy: stale lease")

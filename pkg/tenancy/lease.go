@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,6 +68,8 @@ func ParseLeaseID(id string) (tenant, dest string, slot int, token int64, err er
 //   - while any live lease sits on a row at or above max_slots (the limit
 //     was lowered under it), nothing is handed out: in-use first falls
 //     under the new limit;
+//   - a pair held for a stream reset (limits.stream_reset_at, CheckStream)
+//     gets none: its cursor does not belong to the stream;
 //   - FOR UPDATE SKIP LOCKED makes concurrent acquirers take different
 //     rows without waiting; a row updated by a concurrent committed
 //     acquirer is re-checked on its newest version (READ COMMITTED
@@ -80,7 +83,7 @@ const candidateSQL = `
 	WHERE l.tenant = %[1]s AND l.dest = %[2]s
 	  AND s.slot_no < l.max_slots
 	  AND (s.expires_at IS NULL OR s.expires_at < now())
-	  AND NOT t.paused AND NOT l.paused
+	  AND NOT t.paused AND NOT l.paused AND l.stream_reset_at IS NULL
 	  AND NOT EXISTS (
 		SELECT 1 FROM fairway.slots h
 		WHERE h.tenant = l.tenant AND h.dest = l.dest
@@ -97,16 +100,22 @@ const takeSetSQL = `epoch = s.epoch + 1, acquired_at = now(),
 
 const freeSQL = `(s.expires_at IS NULL OR s.expires_at < now())`
 
-// statusSQL says why nothing was taken: NULL = unknown (tenant, dest),
-// 'paused', or 'busy'. Evaluated only when no slot was taken.
-const statusSQL = `(SELECT CASE WHEN t.paused OR l.paused THEN 'paused' ELSE 'busy' END
+// statusCaseSQL says why a pair (limits l, tenants t) got no slot:
+// 'stream reset', 'paused' or 'busy' (see missReason).
+const statusCaseSQL = `CASE WHEN l.stream_reset_at IS NOT NULL THEN 'stream reset'
+	WHEN t.paused OR l.paused THEN 'paused' ELSE 'busy' END`
+
+// statusSQL says why nothing was taken: NULL = unknown (tenant, dest), else
+// statusCaseSQL. Evaluated only when no slot was taken.
+const statusSQL = `(SELECT ` + statusCaseSQL + `
 	FROM fairway.limits l JOIN fairway.tenants t ON t.id = l.tenant
 	WHERE l.tenant = $1 AND l.dest = $2)`
 
-// acquireSQL: $1 tenant, $2 dest, $3 holder, $4 ttl µs.
+// acquireSQL: $1 tenant, $2 dest, $3 holder, $4 ttl µs, $5 and $6 the
+// batch the lease records (NULL: none; AcquireBatch).
 var acquireSQL = `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1", "$2", "1") + `
 ), u AS (
-	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = NULL, to_seq = NULL
+	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = $5::bigint, to_seq = $6::bigint
 	FROM c WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = c.slot_no AND ` + freeSQL + `
 	RETURNING s.slot_no, s.epoch, s.expires_at
 )
@@ -116,8 +125,12 @@ FROM (VALUES (1)) v LEFT JOIN u ON true`
 // missReason turns the status of an empty acquisition into an error; nil
 // status means the pair has never been seen.
 func missReason(status *string) error {
-	if status != nil && *status == "paused" {
+	switch {
+	case status == nil:
+	case *status == "paused":
 		return ErrPaused
+	case *status == "stream reset":
+		return ErrStreamReset
 	}
 	return ErrAtLimit
 }
@@ -127,8 +140,30 @@ func missReason(status *string) error {
 // ErrAtLimit, when the tenant is paused). A tenant or destination seen for
 // the first time is created with defaults.
 func (s *Store) Acquire(ctx context.Context, tenant, dest, holder string) (Lease, error) {
+	return s.acquire(ctx, tenant, dest, holder, Range{})
+}
+
+// AcquireBatch is Acquire for a batch that does not come from the cursor
+// (a dead letter sent back to its destination): the lease records
+// r.From..r.To as Dispatch records a batch, so that if it expires before
+// its holder releases it, the range becomes an orphan and a dispatcher
+// dispatches it again (Orphans). The cursor does not move.
+func (s *Store) AcquireBatch(ctx context.Context, tenant, dest, holder string, r Range) (Lease, error) {
+	if r.From < 1 || r.To < r.From || r.To > math.MaxInt64 {
+		return Lease{}, fmt.Errorf("acquire %s/%s: %w: range %d..%d", tenant, dest, ErrInvalidArgument, r.From, r.To)
+	}
+	return s.acquire(ctx, tenant, dest, holder, r)
+}
+
+// acquire runs acquireSQL; a zero r records no batch.
+func (s *Store) acquire(ctx context.Context, tenant, dest, holder string, r Range) (Lease, error) {
 	if err := validPair(tenant, dest); err != nil {
 		return Lease{}, err
+	}
+	var from, to *int64
+	if r.From > 0 {
+		f, t := int64(r.From), int64(r.To)
+		from, to = &f, &t
 	}
 	for attempt := 0; ; attempt++ {
 		var (
@@ -137,13 +172,13 @@ func (s *Store) Acquire(ctx context.Context, tenant, dest, holder string) (Lease
 			expires *time.Time
 			status  *string
 		)
-		if err := s.pool.QueryRow(ctx, acquireSQL, tenant, dest, holder, s.ttlUS).Scan(&slot, &token, &expires, &status); err != nil {
+		if err := s.pool.QueryRow(ctx, acquireSQL, tenant, dest, holder, s.ttlUS, from, to).Scan(&slot, &token, &expires, &status); err != nil {
 			return Lease{}, fmt.Errorf("acquire %s/%s: %w", tenant, dest, err)
 		}
 		if slot != nil {
 			return Lease{
 				ID: leaseID(tenant, dest, *slot, *token), Tenant: tenant, Dest: dest, Slot: *slot,
-				Token: *token, Holder: holder, ExpiresAt: *expires,
+				Token: *token, Holder: holder, ExpiresAt: *expires, FromSeq: r.From, ToSeq: r.To,
 			}, nil
 		}
 		if status != nil || attempt > 0 {

@@ -31,6 +31,11 @@ type PairStatus struct {
 	Wait       string
 	WaitDetail string
 	WaitSince  time.Time
+	// StreamReset, when not "", says why the pair is held for a stream
+	// reset (CheckStream), since StreamResetSince: it gets no slot until
+	// ResetCursors.
+	StreamReset      string
+	StreamResetSince time.Time
 }
 
 // Replaying says whether the cursor is inside a replayed range.
@@ -48,7 +53,8 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	rows, err := s.pool.Query(ctx, `
 		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused OR l.paused,
 		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()),
-		       COALESCE(c.next_seq, 1), COALESCE(c.replay_until, 0), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since
+		       COALESCE(c.next_seq, 1), COALESCE(c.replay_until, 0), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since,
+		       CASE WHEN l.stream_reset_at IS NULL THEN '' ELSE COALESCE(l.stream_reset_detail, 'stream reset') END, l.stream_reset_at
 		FROM fairway.limits l
 		JOIN fairway.tenants t ON t.id = l.tenant
 		LEFT JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
@@ -65,11 +71,15 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairStatus, error) {
 		var p PairStatus
 		var next, until int64
-		var since *time.Time
-		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next, &until, &p.Wait, &p.WaitDetail, &since)
+		var since, resetSince *time.Time
+		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next, &until, &p.Wait, &p.WaitDetail, &since,
+			&p.StreamReset, &resetSince)
 		p.NextSeq, p.ReplayUntil = uint64(next), uint64(until)
 		if since != nil {
 			p.WaitSince = *since
+		}
+		if resetSince != nil {
+			p.StreamResetSince = *resetSince
 		}
 		return p, err
 	})

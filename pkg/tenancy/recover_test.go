@@ -268,3 +268,38 @@ func TestReturnBatches(t *testing.T) {
 		t.Fatalf("pair states %+v %v", ps, err)
 	}
 }
+
+// A lease taken with AcquireBatch (a dead letter sent back) records its
+// range without moving the cursor; expired unreleased, it leaves an orphan
+// as a dispatched batch does, and a plain Acquire's lease leaves none.
+func TestAcquireBatchLeavesAnOrphanWhenItExpires(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	st, pool, _ := setup(t, &tenancy.Config{LeaseTTL: recoverTTL})
+	if _, err := st.EnsureTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, "acme", tenancy.DestPostgres, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AcquireBatch(ctx, "acme", tenancy.DestPostgres, "r", tenancy.Range{From: 9, To: 3}); !errors.Is(err, tenancy.ErrInvalidArgument) {
+		t.Fatalf("a reversed range: %v, want ErrInvalidArgument", err)
+	}
+	batch := must[tenancy.Lease](t)(st.AcquireBatch(ctx, "acme", tenancy.DestPostgres, "redrive", tenancy.Range{From: 40, To: 42}))
+	plain := must[tenancy.Lease](t)(st.Acquire(ctx, "acme", tenancy.DestPostgres, "other"))
+	if batch.FromSeq != 40 || batch.ToSeq != 42 {
+		t.Fatalf("lease %+v does not name its range", batch)
+	}
+	if c := must[uint64](t)(st.Cursor(ctx, "acme", tenancy.DestPostgres)); c != 1 {
+		t.Fatalf("cursor moved to %d", c)
+	}
+	waitExpired(ctx, t, pool, batch)
+	waitExpired(ctx, t, pool, plain)
+	if _, err := st.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	os := orphansOf(ctx, t, st)
+	if len(os) != 1 || os[0].FromSeq != 40 || os[0].ToSeq != 42 || os[0].Holder != "redrive" {
+		t.Fatalf("orphans %+v, want the batch lease's range alone", os)
+	}
+}

@@ -25,8 +25,17 @@ const (
 
 // NotifyChannel is the PostgreSQL channel a release (or a raised limit)
 // notifies, with payload "<tenant> <dest>", or "<tenant> <dest> <n>" when
-// one statement freed n > 1 of the pair's slots (see Released).
+// one statement freed n > 1 of the pair's slots; "<tenant> <dest> cursor"
+// and "<tenant> <dest> weight" for an operator's change to the pair's
+// cursor or weight; "members" when a dispatcher joins or leaves (see
+// Released).
 const NotifyChannel = "fairway_released"
+
+// PartnersChannel is the PostgreSQL channel a change to a B2B partner
+// notifies (NotifyPartner), with payload "<tenant> <partner> <change>".
+// It is apart from NotifyChannel so that the sinks, which follow partner
+// changes only, do not receive every slot release.
+const PartnersChannel = "fairway_partners"
 
 // Config configures a Store.
 type Config struct {

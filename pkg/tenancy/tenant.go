@@ -113,9 +113,9 @@ func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 	return out, nil
 }
 
-// SetWeight sets a tenant's fair-share weight (≥ 1). It applies to the next
-// scheduling decision that reads it. ErrUnknownTenant if there is no such
-// tenant.
+// SetWeight sets a tenant's fair-share weight (≥ 1) and notifies
+// dispatchers (Released.Weight, once per destination of the tenant), which
+// apply it at once. ErrUnknownTenant if there is no such tenant.
 func (s *Store) SetWeight(ctx context.Context, tenant string, weight int) error {
 	if err := ValidTenantID(tenant); err != nil {
 		return err
@@ -125,7 +125,10 @@ func (s *Store) SetWeight(ctx context.Context, tenant string, weight int) error 
 	}
 	return s.updateTenant(ctx, "set weight", tenant, `WITH u AS (
 			UPDATE fairway.tenants SET weight = $2 WHERE id = $1 RETURNING id
-		) SELECT count(*) FROM u`, weight)
+		), n AS (
+			SELECT pg_notify('`+NotifyChannel+`', l.tenant || ' ' || l.dest || ' `+notifyWeight+`')
+			FROM fairway.limits l JOIN u ON l.tenant = u.id
+		) SELECT (SELECT count(*) FROM u) + 0 * (SELECT count(*) FROM n)`, weight)
 }
 
 // SetPaused pauses or resumes a tenant. A paused tenant gets no new slots
@@ -200,7 +203,8 @@ func (s *Store) SetLimit(ctx context.Context, tenant, dest string, maxSlots int)
 }
 
 // SetDestWeight sets the weight override of (tenant, dest); 0 means "use
-// the tenant weight". ErrUnknownTenant if the tenant does not exist.
+// the tenant weight". It notifies dispatchers (Released.Weight), which
+// apply it at once. ErrUnknownTenant if the tenant does not exist.
 func (s *Store) SetDestWeight(ctx context.Context, tenant, dest string, weight int) error {
 	if err := validPair(tenant, dest); err != nil {
 		return err
@@ -213,6 +217,7 @@ func (s *Store) SetDestWeight(ctx context.Context, tenant, dest string, weight i
 		ON CONFLICT (tenant, dest) DO UPDATE SET weight = EXCLUDED.weight, changed_at = now()`,
 		tenant, dest, s.cfg.DefaultMaxSlots, weight)
 	s.queueSlotsAndCursor(b, tenant, dest)
+	b.Queue(`SELECT pg_notify('`+NotifyChannel+`', $1::text || ' ' || $2::text || ' `+notifyWeight+`')`, tenant, dest)
 	return s.sendLimitBatch(ctx, b, "set weight", tenant, dest)
 }
 

@@ -4,7 +4,7 @@
 // (fairway.partners, managed with Registry and `fairway partners`); one
 // Sink serves one partner (destination "b2b:<partner>") for every tenant
 // that has it, looking each tenant's settings up in the Registry (cached
-// for Config.PartnerCacheTTL).
+// for Config.PartnerCacheTTL, or until a change notifies: FollowChanges).
 //
 // # Requests
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // RegistryConfig configures a Registry.
@@ -27,7 +28,9 @@ type RegistryConfig struct {
 }
 
 // Registry holds the B2B partners of every tenant in fairway.partners
-// (migrations 00004 and 00013). It is safe for concurrent use.
+// (migrations 00004 and 00013). Every change notifies dispatchers and
+// sinks in its transaction (tenancy.NotifyPartner), so it takes effect at
+// once. It is safe for concurrent use.
 type Registry struct {
 	pool      *pgxpool.Pool
 	box       secretBox
@@ -61,12 +64,19 @@ func (r *Registry) Add(ctx context.Context, p Partner) (Partner, error) {
 	if err := p.validate(r.allowHTTP); err != nil {
 		return Partner{}, err
 	}
-	row := r.pool.QueryRow(ctx, `INSERT INTO fairway.partners (tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, signing,
-		filter_expr, map_expr, max_events)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING `+partnerCols,
-		p.Tenant, p.Name, p.URL, r.box.seal(p.Tenant, p.Name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing,
-		exprArg(p.Transform.Filter), exprArg(p.Transform.Map), p.MaxEvents)
-	out, err := r.scan(row, false)
+	var out Partner
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `INSERT INTO fairway.partners (tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, signing,
+			filter_expr, map_expr, max_events)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING `+partnerCols,
+			p.Tenant, p.Name, p.URL, r.box.seal(p.Tenant, p.Name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing,
+			exprArg(p.Transform.Filter), exprArg(p.Transform.Map), p.MaxEvents)
+		var err error
+		if out, err = r.scan(row, false); err != nil {
+			return err
+		}
+		return tenancy.NotifyPartner(ctx, tx, p.Tenant, p.Name, tenancy.PartnerAdded)
+	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
@@ -132,7 +142,10 @@ func (r *Registry) Update(ctx context.Context, tenant, name string, u Update) (P
 		out, err = r.scan(tx.QueryRow(ctx, `UPDATE fairway.partners SET url = $3, secret = $4, enabled = $5, timeout_ms = $6,
 			max_request_bytes = $7, ops = $8, signing = $9, updated_at = now() WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols,
 			tenant, name, p.URL, r.box.seal(tenant, name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing), false)
-		return err
+		if err != nil {
+			return err
+		}
+		return tenancy.NotifyPartner(ctx, tx, tenant, name, tenancy.PartnerChanged)
 	})
 	if err != nil {
 		return Partner{}, r.wrap("update", tenant, name, err)
@@ -166,7 +179,10 @@ func (r *Registry) RotateSecret(ctx context.Context, tenant, name string, secret
 			previous_secret = CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE secret END, previous_secret_until = $4,
 			updated_at = now() WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols,
 			tenant, name, r.box.seal(tenant, name, secret), untilArg), false)
-		return err
+		if err != nil {
+			return err
+		}
+		return tenancy.NotifyPartner(ctx, tx, tenant, name, tenancy.PartnerChanged)
 	})
 	if err != nil {
 		return Partner{}, r.wrap("rotate the secret of", tenant, name, err)
@@ -176,20 +192,30 @@ func (r *Registry) RotateSecret(ctx context.Context, tenant, name string, secret
 
 // SetEnabled enables or disables a partner.
 func (r *Registry) SetEnabled(ctx context.Context, tenant, name string, enabled bool) error {
-	tag, err := r.pool.Exec(ctx, `UPDATE fairway.partners SET enabled = $3, updated_at = now() WHERE tenant_id = $1 AND partner = $2`, tenant, name, enabled)
-	if err == nil && tag.RowsAffected() == 0 {
-		err = pgx.ErrNoRows
-	}
-	return r.wrap("set enabled", tenant, name, err)
+	return r.wrap("set enabled", tenant, name, r.change(ctx, tenant, name, tenancy.PartnerChanged,
+		`UPDATE fairway.partners SET enabled = $3, updated_at = now() WHERE tenant_id = $1 AND partner = $2`, enabled))
 }
 
 // Remove deletes a partner.
 func (r *Registry) Remove(ctx context.Context, tenant, name string) error {
-	tag, err := r.pool.Exec(ctx, `DELETE FROM fairway.partners WHERE tenant_id = $1 AND partner = $2`, tenant, name)
-	if err == nil && tag.RowsAffected() == 0 {
-		err = pgx.ErrNoRows
-	}
-	return r.wrap("remove", tenant, name, err)
+	return r.wrap("remove", tenant, name, r.change(ctx, tenant, name, tenancy.PartnerRemoved,
+		`DELETE FROM fairway.partners WHERE tenant_id = $1 AND partner = $2`))
+}
+
+// change runs sql ($1 tenant, $2 name, then args) on one partner and
+// notifies the change in the same transaction (tenancy.NotifyPartner);
+// pgx.ErrNoRows when there is no such partner.
+func (r *Registry) change(ctx context.Context, tenant, name, change, sql string, args ...any) error {
+	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sql, append([]any{tenant, name}, args...)...)
+		if err == nil && tag.RowsAffected() == 0 {
+			err = pgx.ErrNoRows
+		}
+		if err != nil {
+			return err
+		}
+		return tenancy.NotifyPartner(ctx, tx, tenant, name, change)
+	})
 }
 
 // Get returns one partner with its secrets (decrypted); ErrUnknownPartner

@@ -6,19 +6,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // SetTransform gives a partner a filter and mapping of its events (the
 // zero Transform removes them) and returns the partner without its
 // secret. Expressions that do not compile are refused with CEL's error
-// (ErrInvalidTransform) and nothing changes. Sinks pick the change up
-// within Config.PartnerCacheTTL.
+// (ErrInvalidTransform) and nothing changes. Sinks pick the change up at
+// once (tenancy.NotifyPartner).
 func (r *Registry) SetTransform(ctx context.Context, tenant, name string, t Transform) (Partner, error) {
 	if _, err := t.compile(); err != nil {
 		return Partner{}, err
 	}
-	p, err := r.scan(r.pool.QueryRow(ctx, `UPDATE fairway.partners SET filter_expr = $3, map_expr = $4, updated_at = now()
-		WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, tenant, name, exprArg(t.Filter), exprArg(t.Map)), false)
+	p, err := r.update(ctx, tenant, name, `UPDATE fairway.partners SET filter_expr = $3, map_expr = $4, updated_at = now()
+		WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, exprArg(t.Filter), exprArg(t.Map))
 	if err != nil {
 		return Partner{}, r.wrap("set the transform of", tenant, name, err)
 	}
@@ -32,12 +34,27 @@ func (r *Registry) SetMaxEvents(ctx context.Context, tenant, name string, n int)
 	if n < 0 || n > MaxEventsMax {
 		return Partner{}, fmt.Errorf("%w: max events %d not in [0, %d]", ErrInvalidPartner, n, MaxEventsMax)
 	}
-	p, err := r.scan(r.pool.QueryRow(ctx, `UPDATE fairway.partners SET max_events = $3, updated_at = now()
-		WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, tenant, name, n), false)
+	p, err := r.update(ctx, tenant, name, `UPDATE fairway.partners SET max_events = $3, updated_at = now()
+		WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, n)
 	if err != nil {
 		return Partner{}, r.wrap("set the batch size of", tenant, name, err)
 	}
 	return p, nil
+}
+
+// update runs sql ($1 tenant, $2 name, then args; RETURNING partnerCols)
+// on one partner, notifies the change in the same transaction and returns
+// the partner without its secret.
+func (r *Registry) update(ctx context.Context, tenant, name, sql string, args ...any) (Partner, error) {
+	var p Partner
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		if p, err = r.scan(tx.QueryRow(ctx, sql, append([]any{tenant, name}, args...)...), false); err != nil {
+			return err
+		}
+		return tenancy.NotifyPartner(ctx, tx, tenant, name, tenancy.PartnerChanged)
+	})
+	return p, err
 }
 
 func exprArg(s string) *string {

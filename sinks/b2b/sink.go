@@ -56,7 +56,8 @@ type Config struct {
 	MaxRetryAfter time.Duration
 	// PartnerCacheTTL is how long a partner's settings (and their absence)
 	// are cached per tenant: a change made with `fairway partners` takes
-	// effect within this long. Default 5s.
+	// effect within this long, or at once while FollowChanges runs.
+	// Default 5s.
 	PartnerCacheTTL time.Duration
 	// MaxResponseBytes bounds how much of a response body is read.
 	// Default 64 KiB.

@@ -136,6 +136,11 @@ func (j *job) read(stop, ctx context.Context) error {
 	mode := "carried"
 	if j.item.Bodies != nil {
 		j.stored = carriedStored(j.item)
+		// A redrive's sequences may name other events in PRODUCTS by
+		// now: its events go without headers (fillHeaders).
+		if j.item.Redrive {
+			j.headers = true
+		}
 		j.decode()
 	} else {
 		var err error
@@ -597,7 +602,7 @@ func (j *job) eventLetter(s work.Stored, f failure, class, rule, reason string) 
 		Reason: reason, Class: class, Rule: rule, Attempts: f.attempts, Deliveries: j.deliveries,
 		FirstFailure: f.first, LastFailure: f.last,
 		SourceStream: j.r.cfg.ProductsStream, SourceSeq: s.Seq, SourceSubject: s.Subject,
-		Lease: j.item.LeaseID, Header: s.Header, Data: s.Data,
+		Lease: j.item.LeaseID, Header: s.Header, Data: s.Data, Redriven: j.item.Redrive,
 	}
 }
 
