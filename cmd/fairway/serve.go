@@ -15,6 +15,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/dashboard"
 	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/sinks/b2b"
 )
 
 // serveListenDefault is where `fairway serve` listens: loopback, where the
@@ -38,7 +39,9 @@ a live page at http://<listen>/ui with what ` + "`fairway status`" + ` prints: p
 destination the backlog, the oldest waiting event, slots in use against the
 limit, the weight, dead letters and why work waits. Tenants come a page at a
 time (--page-size), the most backlog first, with a filter by tenant id. The
-page polls /ui/api/status (JSON).
+page polls /ui/api/status (JSON). A tenant's name opens its B2B partners:
+attempts, success rate and last error from the delivery log
+(/ui/api/partners?tenant=<id>).
 
 Events/s and p95 end-to-end latency per destination come from the sinks'
 Prometheus metrics: --sink-metrics lists the /metrics address (the --listen
@@ -50,7 +53,7 @@ page names any that does not answer. Without it they read "no data".
 Listening beyond loopback (--listen :8090, say), /ui/api/status needs a
 fairway API token (Authorization: Bearer; the page asks for one and keeps it
 for the browser tab): an admin token shows every tenant, a tenant token that
-tenant's rows alone. On loopback it is open to anyone on the host, unless
+tenant's rows and partners alone. On loopback it is open to anyone on the host, unless
 --require-token (for a proxy on the same host). The start lines say which.
 
 With --tls-cert and --tls-key it serves HTTPS.`,
@@ -105,7 +108,11 @@ func (c *cli) runServe(ctx context.Context, listen string, requireToken bool, si
 	defer ln.Close()
 	tokens, authLine := dashboardTokens(ln, requireToken, st)
 	cfg.Logger = log
-	deps := dashboard.Deps{Status: &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}, Tokens: tokens}
+	partners, err := b2b.NewRegistry(pool, nil) // reads the delivery log only: no secret key
+	if err != nil {
+		return err
+	}
+	deps := dashboard.Deps{Status: &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}, Partners: partners, Tokens: tokens}
 	metricsLine := "no --sink-metrics: events/s and p95 read \"no data\""
 	if len(sources) > 0 {
 		sampler, err := dashboard.NewSampler(&dashboard.SamplerConfig{Logger: log}, sources...)

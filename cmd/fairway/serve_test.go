@@ -74,8 +74,20 @@ func TestServeDashboard(t *testing.T) {
 		t.Fatalf("api/status: %d %v %s", res.StatusCode, err, snap.Error)
 	}
 	if len(snap.Rows) != 1 || snap.Rows[0].Tenant != "acme" || snap.Rows[0].Limit != 3 || snap.Rows[0].Reason != "idle" ||
-		snap.Throughput || snap.RefreshMillis != 500 {
+		snap.Throughput || snap.RefreshMillis != 500 || !snap.Partners {
 		t.Errorf("snapshot %+v", snap)
+	}
+	// The partners panel reads the B2B delivery log (internal/dashboard's
+	// tests fill one).
+	res, err = http.Get(base + "/ui/api/partners?tenant=acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var partners dashboard.PartnerList
+	err = json.NewDecoder(res.Body).Decode(&partners)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK || partners.Tenant != "acme" || partners.Partners == nil {
+		t.Errorf("api/partners: %d %v %+v", res.StatusCode, err, partners)
 	}
 
 	stop()

@@ -33,6 +33,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/sinks/b2b"
 )
 
 // TestDashboardInBrowser runs a slice of the pipeline (real PostgreSQL,
@@ -192,7 +193,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 
-	dash, err := dashboard.New(dashboard.Deps{Status: src, Dests: sampler}, &dashboard.Config{Refresh: 500 * time.Millisecond})
+	// B2B partners with a delivery log written by the real sink: acme's
+	// erp failed once and then delivered (an old error, drawn calm), its
+	// shop delivered twice and then failed (drawn red); globex's crm
+	// failed.
+	partners, err := b2b.NewRegistry(pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dashboard.LogDeliveries(t, ctx, partners, "acme", "erp", false, true)
+	dashboard.LogDeliveries(t, ctx, partners, "acme", "shop", true, true, false)
+	dashboard.LogDeliveries(t, ctx, partners, "globex", "crm", false)
+
+	dash, err := dashboard.New(dashboard.Deps{Status: src, Dests: sampler, Partners: partners}, &dashboard.Config{Refresh: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +274,19 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(dom, `<nav id="pager" aria-label="Tenant pages" hidden="">`) {
 		t.Errorf("a pager for one page:\n%s", dom)
 	}
+	// No tenant picked: no partners panel; each tenant's name opens its
+	// own.
+	if !strings.Contains(dom, `<section id="partners-panel" hidden="">`) ||
+		!strings.Contains(dom, `<a class="pick" href="?tenant=acme" data-tenant="acme" title="partners of acme">acme</a>`) {
+		t.Errorf("without a tenant picked: a partners panel shown, or no link to acme's:\n%s", dom)
+	}
+	// acme picked: its partners' attempts, success rates and last errors;
+	// red only for the partner whose newest attempt failed.
+	picked := dumpDOM(t, ctx, chromium, srv.URL+dashboard.Path+"/?tenant=acme")
+	if png := os.Getenv("FAIRWAY_UI_SCREENSHOT"); png != "" {
+		screenshot(t, ctx, chromium, srv.URL+dashboard.Path+"/?tenant=acme", strings.TrimSuffix(png, ".png")+"-partners.png")
+	}
+	checkPartners(t, picked, "acme")
 
 	// One tenant to a page, without sink metrics: the address picks the
 	// page and the filter, as the pager and the filter box set it.
@@ -319,7 +345,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := store.RevokeToken(ctx, revokedTok); err != nil {
 		t.Fatal(err)
 	}
-	locked, err := dashboard.New(dashboard.Deps{Status: src, Dests: sampler, Tokens: store}, &dashboard.Config{Refresh: 500 * time.Millisecond})
+	locked, err := dashboard.New(dashboard.Deps{Status: src, Dests: sampler, Partners: partners, Tokens: store}, &dashboard.Config{Refresh: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,8 +382,56 @@ func TestDashboardInBrowser(t *testing.T) {
 		if formShown.MatchString(dom) != c.form || !strings.Contains(dom, c.text) {
 			t.Errorf("%s: want the token form shown %v and %q:\n%s", c.name, c.form, c.text, dom)
 		}
-		if c.name == "acme's token" && (strings.Contains(dom, "globex") || strings.Contains(dom, "initech")) {
+		if c.name == "acme's token" && (strings.Contains(dom, "globex") || strings.Contains(dom, "initech") || strings.Contains(dom, "crm")) {
 			t.Errorf("acme's view names another tenant:\n%s", dom)
+		}
+	}
+	// acme's token shows acme's partners, without asking for them, and
+	// nothing lets it pick another tenant, even from the address.
+	for _, query := range []string{"", "?tenant=globex"} {
+		dom := dumpDOM(t, ctx, chromium, page+query+"#token="+acmeTok)
+		checkPartners(t, dom, "acme")
+		if strings.Contains(dom, "crm") || strings.Contains(dom, `class="pick"`) || !strings.Contains(dom, `<a id="partners-close" href="?" hidden="">`) {
+			t.Errorf("acme's token, %q: another tenant's partners, or a way to pick one:\n%s", query, dom)
+		}
+	}
+	// An admin token picks globex.
+	dom = dumpDOM(t, ctx, chromium, page+"?tenant=globex#token="+adminTok)
+	if row := tableRow(dom, `<tr data-partner="crm" class="failing">`); !strings.Contains(row, `<td class="num success">0%</td>`) ||
+		!strings.Contains(dom, `<span id="partners-tenant">globex</span>`) || strings.Contains(dom, `data-partner="erp"`) {
+		t.Errorf("admin, globex: no failing crm at 0%%, or acme's partners:\n%s", dom)
+	}
+}
+
+// checkPartners checks the partners panel of dom shows tenant's erp and
+// shop as acme's delivery log holds them.
+func checkPartners(t *testing.T, dom, tenant string) {
+	t.Helper()
+	if !strings.Contains(dom, `<section id="partners-panel">`) || !strings.Contains(dom, `<span id="partners-tenant">`+tenant+`</span>`) {
+		t.Errorf("no partners panel of %s:\n%s", tenant, dom)
+		return
+	}
+	for _, c := range []struct {
+		row  string
+		want []string
+	}{
+		// erp: 503, then accepted. The error is history: muted, the
+		// newest attempt ok.
+		{`<tr data-partner="erp" class="">`, []string{`<td class="num attempts">2</td>`, `<td class="num success">50.0%</td>`,
+			`<span class="outcome ok">ok</span>`, `<td class="error-text old"`, "503", "busy", " ago</span>"}},
+		// shop: accepted twice, then 503: red.
+		{`<tr data-partner="shop" class="failing">`, []string{`<td class="num attempts">3</td>`, `<td class="num success">66.7%</td>`,
+			`<span class="outcome alarm">failed</span>`, `<td class="error-text alarm"`, "503"}},
+	} {
+		row := tableRow(dom, c.row)
+		if row == "" {
+			t.Errorf("no partner row %s:\n%s", c.row, dom)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(row, w) {
+				t.Errorf("partner row %s lacks %q:\n%s", c.row, w, row)
+			}
 		}
 	}
 }

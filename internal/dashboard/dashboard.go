@@ -50,11 +50,16 @@ type Deps struct {
 	// Dests gives throughput and latency per destination. Optional: without
 	// it the page shows "no data" for them.
 	Dests DestSource
-	// Tokens, when set, makes GET /ui/api/status require a bearer token
-	// that it verifies on every request: an admin token sees every tenant;
-	// a tenant token sees a view of that tenant alone (TenantSnapshot).
-	// Without it the API answers anyone with every tenant. The page and
-	// its files are served to anyone either way: they hold no data.
+	// Partners gives the delivery log summary of each B2B partner of a
+	// tenant, served at GET /ui/api/partners; *b2b.Registry is one.
+	// Optional: without it the page shows no partners.
+	Partners PartnerSource
+	// Tokens, when set, makes the JSON API (GET /ui/api/status and
+	// /ui/api/partners) require a bearer token that it verifies on every
+	// request: an admin token sees every tenant; a tenant token sees a view
+	// of that tenant alone (TenantSnapshot, its own partners). Without it
+	// the API answers anyone with every tenant. The page and its files are
+	// served to anyone either way: they hold no data.
 	Tokens bearer.Verifier
 }
 
@@ -70,7 +75,8 @@ type Config struct {
 	// Default 2s, at least 200ms.
 	Refresh time.Duration
 
-	// Timeout bounds one read of the status source. Default 10s.
+	// Timeout bounds one read of the status source, and of the partner
+	// source. Default 10s.
 	Timeout time.Duration
 
 	// Logger logs failed status reads. Default: discard.
@@ -117,11 +123,12 @@ var static embed.FS
 // Dashboard is the http.Handler of the page and its JSON snapshot. Create
 // it with New.
 type Dashboard struct {
-	cfg    *Config
-	status StatusSource
-	dests  DestSource
-	tokens bearer.Verifier
-	mux    *http.ServeMux
+	cfg      *Config
+	status   StatusSource
+	dests    DestSource
+	partners PartnerSource
+	tokens   bearer.Verifier
+	mux      *http.ServeMux
 
 	mu   sync.Mutex // serializes reads: viewers share one per Refresh
 	last statusRead
@@ -148,19 +155,20 @@ func New(deps Deps, cfg *Config) (*Dashboard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Dashboard{cfg: c, status: deps.Status, dests: deps.Dests, tokens: deps.Tokens, mux: http.NewServeMux()}
+	d := &Dashboard{cfg: c, status: deps.Status, dests: deps.Dests, partners: deps.Partners, tokens: deps.Tokens, mux: http.NewServeMux()}
 	files, err := fs.Sub(static, "static")
 	if err != nil {
 		return nil, err
 	}
 	d.mux.Handle("GET "+Path, http.RedirectHandler(Path+"/", http.StatusFound))
 	d.mux.HandleFunc("GET "+Path+"/api/status", d.serveStatus)
+	d.mux.HandleFunc("GET "+Path+"/api/partners", d.servePartners)
 	d.mux.Handle("GET "+Path+"/", http.StripPrefix(Path, noCache(http.FileServerFS(files))))
 	return d, nil
 }
 
-// ServeHTTP serves /ui (the page and its files) and /ui/api/status (which
-// asks for a token when Deps.Tokens is set).
+// ServeHTTP serves /ui (the page and its files), /ui/api/status and
+// /ui/api/partners (which ask for a token when Deps.Tokens is set).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -176,31 +184,39 @@ func noCache(h http.Handler) http.Handler {
 	})
 }
 
+// viewer authenticates r when Deps.Tokens is set and returns the tenant
+// its token is limited to: "" for an admin token, or for anyone without
+// Deps.Tokens. When it fails it has answered r and returns false.
+func (d *Dashboard) viewer(w http.ResponseWriter, r *http.Request) (tenant string, ok bool) {
+	if d.tokens == nil {
+		return "", true
+	}
+	p, fail := bearer.Authenticate(w, r, d.tokens)
+	if fail != nil {
+		if fail.Err != nil {
+			d.cfg.Logger.Warn("dashboard: verify token", "err", fail.Err)
+		}
+		writeJSON(w, fail.Status, apiError{Error: fail.Message, Code: fail.Code})
+		return "", false
+	}
+	if p.Admin {
+		return "", true
+	}
+	return p.Tenant, true
+}
+
 func (d *Dashboard) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	var (
-		snap Snapshot
-		ok   bool
-	)
-	tenant := ""
-	if d.tokens != nil {
-		p, fail := bearer.Authenticate(w, r, d.tokens)
-		if fail != nil {
-			if fail.Err != nil {
-				d.cfg.Logger.Warn("dashboard: verify token", "err", fail.Err)
-			}
-			writeJSON(w, fail.Status, apiError{Error: fail.Message, Code: fail.Code})
-			return
-		}
-		if !p.Admin {
-			tenant = p.Tenant
-		}
+	tenant, ok := d.viewer(w, r)
+	if !ok {
+		return
 	}
 	q, err := ParseQuery(r.URL.Query())
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error(), Code: "invalid_query"})
 		return
 	}
+	var snap Snapshot
 	if tenant == "" {
 		snap, ok = d.Snapshot(r.Context(), q)
 	} else {
@@ -213,7 +229,7 @@ func (d *Dashboard) serveStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, snap)
 }
 
-// apiError is the body of a refused GET /ui/api/status.
+// apiError is the body of a refused request to the JSON API.
 type apiError struct {
 	Error string `json:"error"`
 	Code  string `json:"code"`
@@ -247,7 +263,7 @@ func (d *Dashboard) Snapshot(ctx context.Context, q Query) (snap Snapshot, ok bo
 // the sources with every other viewer.
 func (d *Dashboard) TenantSnapshot(ctx context.Context, tenant string, q Query) (snap Snapshot, ok bool) {
 	rd := d.read(ctx)
-	snap = Snapshot{GeneratedAt: rd.base.GeneratedAt, RefreshMillis: rd.base.RefreshMillis, Tenant: tenant}
+	snap = Snapshot{GeneratedAt: rd.base.GeneratedAt, RefreshMillis: rd.base.RefreshMillis, Tenant: tenant, Partners: rd.base.Partners}
 	if rd.err != nil {
 		snap.Error = "status unavailable; the server's log says why"
 		return snap, false
@@ -279,7 +295,7 @@ func (d *Dashboard) read(ctx context.Context) statusRead {
 	// Refresh counts from the end of the read: with many tenants a read
 	// takes a while, and pages and filters asked for meanwhile use it.
 	rd := statusRead{at: d.cfg.Now(), err: err, valid: true,
-		base: Snapshot{GeneratedAt: now, RefreshMillis: d.cfg.Refresh.Milliseconds(), Throughput: d.dests != nil}}
+		base: Snapshot{GeneratedAt: now, RefreshMillis: d.cfg.Refresh.Milliseconds(), Throughput: d.dests != nil, Partners: d.partners != nil}}
 	if err != nil {
 		d.cfg.Logger.Warn("dashboard: read status", "err", err)
 		rd.base.Error = "read status: " + err.Error()

@@ -27,12 +27,24 @@
 // processes of one destination add up. Without a Sampler the page says
 // "no data" for them and how to get them.
 //
+// With Deps.Partners (a *b2b.Registry) the page shows a tenant's B2B
+// partners, from GET /ui/api/partners?tenant=<id> (PartnerList): per
+// partner the attempts the delivery log keeps, the share the partner
+// accepted, when the last one was sent and the last error with its time.
+// A partner is red only when its newest attempt failed; an error followed
+// by accepted requests is drawn muted. The list is one indexed read of one
+// tenant's log per request; an admin picks the tenant by its name in the
+// tenants table (the address keeps it, ?tenant=), a tenant token sees its
+// own.
+//
 // With Deps.Tokens set, GET /ui/api/status asks for a fairway API token
 // (Authorization: Bearer, checked on every request through
 // internal/bearer, as ingest does): 401 without a valid one; an admin token
 // gets every tenant (Snapshot); a tenant token gets TenantSnapshot, built
 // from that tenant's rows alone, without the cross-tenant throughput and
-// with a failed read's cause withheld. The page and its files need no token;
+// with a failed read's cause withheld. GET /ui/api/partners takes the same
+// tokens: an admin names any tenant, a tenant token gets its own partners
+// and 403 for another tenant's. The page and its files need no token;
 // the page asks for one on a 401 and keeps it in the tab's sessionStorage.
 //
 // Users: `fairway serve` and the demo mount Dashboard on their HTTP server;

@@ -6,6 +6,7 @@ var (
 	// ErrConfig marks an invalid Config, SamplerConfig, metrics URL or
 	// missing dependency.
 	ErrConfig = errors.New("dashboard: invalid configuration")
-	// ErrQuery marks invalid parameters of GET /ui/api/status (ParseQuery).
+	// ErrQuery marks invalid parameters of GET /ui/api/status (ParseQuery)
+	// and GET /ui/api/partners (ParsePartnerQuery).
 	ErrQuery = errors.New("invalid query")
 )

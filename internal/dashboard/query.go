@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // FilterMax is the longest Query.Filter: a tenant id's length.
@@ -45,4 +47,31 @@ func ParseQuery(v url.Values) (Query, error) {
 		q.Page = n
 	}
 	return q, nil
+}
+
+// PartnerQuery picks the tenant of GET /ui/api/partners.
+type PartnerQuery struct {
+	// Tenant is the tenant whose partners to show; "" means the token's
+	// own tenant (an admin token must name one).
+	Tenant string
+}
+
+// ParsePartnerQuery reads a PartnerQuery from the parameters of GET
+// /ui/api/partners: tenant, a tenant id, at most once. It returns
+// ErrQuery, saying what is wrong, for anything else.
+func ParsePartnerQuery(v url.Values) (PartnerQuery, error) {
+	ts := v["tenant"]
+	switch {
+	case len(ts) > 1:
+		return PartnerQuery{}, fmt.Errorf("%w: tenant given %d times; want one tenant id", ErrQuery, len(ts))
+	case len(ts) == 0 || ts[0] == "":
+		return PartnerQuery{}, nil
+	}
+	if len(ts[0]) > FilterMax {
+		return PartnerQuery{}, fmt.Errorf("%w: tenant is %d characters long; a tenant id has at most %d", ErrQuery, len(ts[0]), FilterMax)
+	}
+	if err := tenancy.ValidTenantID(ts[0]); err != nil {
+		return PartnerQuery{}, fmt.Errorf("%w: tenant %q is not a tenant id: they hold only a-z, 0-9, - and _, and start with a letter or digit", ErrQuery, ts[0])
+	}
+	return PartnerQuery{Tenant: ts[0]}, nil
 }

@@ -48,6 +48,9 @@ type Snapshot struct {
 	// Throughput is false when no DestSource is wired: every destination's
 	// throughput and latency are "no data".
 	Throughput bool `json:"throughput"`
+	// Partners is true when the dashboard has a PartnerSource: the page
+	// offers a tenant's partners (GET /ui/api/partners).
+	Partners bool `json:"partners"`
 	// MetricsSources says how the last read of each sink metrics source
 	// went; an admin's view only (it names internal addresses).
 	MetricsSources []SourceState `json:"metrics_sources,omitempty"`

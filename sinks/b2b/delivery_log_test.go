@@ -66,8 +66,30 @@ func TestDeliveryLogRecordsAttempts(t *testing.T) {
 			st = x
 		}
 	}
-	if st.Attempts != 2 || st.Succeeded != 1 || st.SuccessRate() != 0.5 || !strings.Contains(st.LastError, "503") || st.LastErrorAt.IsZero() {
-		t.Fatalf("stats %+v; want 2 attempts, 1 succeeded, the 503 as last error", st)
+	if st.Attempts != 2 || st.Succeeded != 1 || st.SuccessRate() != 0.5 || !strings.Contains(st.LastError, "503") || st.LastErrorAt.IsZero() ||
+		st.LastFailed {
+		t.Fatalf("stats %+v; want 2 attempts, 1 succeeded, the 503 as last error, the newest attempt accepted", st)
+	}
+}
+
+// DeliveryStats says whether the newest attempt failed, whatever came
+// before it.
+func TestDeliveryStatsLastFailed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s, rcv := e.simple(t, b2b.Partner{}, b2b.Config{})
+	name := strings.TrimPrefix(s.Name(), "b2b:")
+	b := singles(2)
+	mustApply(t, s, b[0])
+	rcv.FailNext(1, b2btest.Failure{Status: 500})
+	_ = batchErr(t, s, b[1])
+	s.Close()
+	stats, err := e.reg.DeliveryStats(ctx(t), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stats) != 1 || stats[0].Partner != name || !stats[0].LastFailed || stats[0].Attempts != 2 || !strings.Contains(stats[0].LastError, "500") {
+		t.Fatalf("stats %+v; want %s with 2 attempts, the newest failed with 500", stats, name)
 	}
 }
 

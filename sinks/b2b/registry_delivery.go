@@ -133,6 +133,9 @@ type DeliveryStats struct {
 	Attempts, Succeeded int
 	// LastAt is when the newest of them was sent.
 	LastAt time.Time
+	// LastFailed reports whether the newest of them failed (no 2xx
+	// answer): the partner's state now, where LastError may be old.
+	LastFailed bool
 	// LastError and LastErrorAt are the newest failed attempt's; empty
 	// when none failed.
 	LastError   string
@@ -152,6 +155,7 @@ func (s DeliveryStats) SuccessRate() float64 {
 // error, ordered by tenant and partner.
 func (r *Registry) DeliveryStats(ctx context.Context, tenant string) ([]DeliveryStats, error) {
 	rows, err := r.pool.Query(ctx, `SELECT tenant_id, partner, count(*), count(*) FILTER (WHERE status BETWEEN 200 AND 299), max(at),
+			(array_agg(status NOT BETWEEN 200 AND 299 ORDER BY id DESC))[1],
 			coalesce((array_agg(error ORDER BY id DESC) FILTER (WHERE error <> ''))[1], ''),
 			max(at) FILTER (WHERE error <> '')
 		FROM fairway.partner_deliveries WHERE $1 = '' OR tenant_id = $1
@@ -162,7 +166,7 @@ func (r *Registry) DeliveryStats(ctx context.Context, tenant string) ([]Delivery
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeliveryStats, error) {
 		var s DeliveryStats
 		var lastErrAt *time.Time
-		err := row.Scan(&s.Tenant, &s.Partner, &s.Attempts, &s.Succeeded, &s.LastAt, &s.LastError, &lastErrAt)
+		err := row.Scan(&s.Tenant, &s.Partner, &s.Attempts, &s.Succeeded, &s.LastAt, &s.LastFailed, &s.LastError, &lastErrAt)
 		if lastErrAt != nil {
 			s.LastErrorAt = *lastErrAt
 		}

@@ -1,9 +1,11 @@
-// fairway dashboard: polls api/status and redraws two tables. Plain
-// JavaScript, no build step; every value goes in through textContent.
+// fairway dashboard: polls api/status and redraws two tables, and
+// api/partners for the partners panel of one tenant. Plain JavaScript, no
+// build step; every value goes in through textContent.
 //
 // The server answers one page of tenants at a time (page, filter); the
 // page keeps both in its address (?filter=…&page=…), so a link or a
-// reload shows the same tenants.
+// reload shows the same tenants. A tenant token's view shows its own
+// partners; an admin picks a tenant by its name (?tenant=…).
 //
 // When the server asks for a token (401), the page shows a form for one and
 // keeps it in sessionStorage: it lasts as long as the browser tab and is
@@ -22,22 +24,33 @@
   // limit" is the normal state of a busy tenant and is not among them.
   const ALARMS = new Set(["partner circuit open", "stream reset"]);
   let refresh = 2000;
-  const view = { filter: "", page: 1 };
+  const view = { filter: "", page: 1, tenant: "" };
 
   function readAddress() {
     const p = new URLSearchParams(location.search);
     view.filter = (p.get("filter") || "").trim().toLowerCase();
     view.page = Math.max(1, parseInt(p.get("page"), 10) || 1);
+    view.tenant = (p.get("tenant") || "").trim();
     document.getElementById("filter").value = view.filter;
   }
 
-  function writeAddress() {
+  // address returns the query of the view, with its tenant replaced by
+  // tenant when given.
+  function address(tenant) {
     const p = new URLSearchParams();
     if (view.filter) p.set("filter", view.filter);
     if (view.page > 1) p.set("page", String(view.page));
-    const q = p.toString();
+    const t = tenant === undefined ? view.tenant : tenant;
+    if (t) p.set("tenant", t);
+    return p.toString();
+  }
+
+  // writeAddress puts the view in the address bar and returns the query
+  // of api/status (filter and page).
+  function writeAddress() {
+    const q = address();
     history.replaceState(null, "", location.pathname + (q ? "?" + q : ""));
-    return q;
+    return address("");
   }
 
   function takeFragmentToken() {
@@ -58,6 +71,7 @@
     document.getElementById("forget").hidden = true;
     document.getElementById("pager").hidden = true;
     document.getElementById("metrics-note").hidden = true;
+    document.getElementById("partners-panel").hidden = true;
     document.getElementById("login").hidden = false;
     document.getElementById("updated").textContent = "a token is needed";
     showError(why);
@@ -193,11 +207,18 @@
     return "reason reason-" + reason.replace(/[^a-z0-9]+/g, "-") + (ALARMS.has(reason) ? " alarm" : "");
   }
 
+  // tenantName is a tenant's name; a link that opens its partners panel
+  // when an admin can pick one.
+  function tenantName(snap, tenant) {
+    if (!snap.partners || snap.tenant) return tenant;
+    return el("a", { class: "pick", href: "?" + address(tenant), "data-tenant": tenant, title: "partners of " + tenant }, tenant);
+  }
+
   function renderTenants(snap) {
     const scale = Math.max(snap.max_backlog || 0, BACKLOG_SCALE_MIN);
     document.querySelector("#tenants tbody").replaceChildren(...snap.rows.map(r =>
       el("tr", { "data-tenant": r.tenant, "data-dest": r.dest },
-        el("td", { class: "tenant" }, r.tenant),
+        el("td", { class: "tenant" }, tenantName(snap, r.tenant)),
         el("td", { class: "dest" }, r.dest),
         el("td", { class: "backlog" }, backlogBar(r.backlog, scale)),
         el("td", { class: "num oldest" }, r.backlog > 0 ? dur(r.oldest_age_seconds) : "–"),
@@ -222,6 +243,67 @@
       view.page = snap.page;
       writeAddress();
     }
+  }
+
+  function pct(r) {
+    const p = r * 100;
+    return (p === 100 || p === 0 ? p.toFixed(0) : p.toFixed(1)) + "%";
+  }
+
+  // ago says how long before now (a time from the server) t was.
+  function ago(t, now) {
+    return dur(Math.max(0, (Date.parse(now) - Date.parse(t)) / 1000)) + " ago";
+  }
+
+  // partnerRow draws one partner. Only a failed newest attempt is red: an
+  // error followed by accepted requests is history, drawn muted.
+  function partnerRow(p, now) {
+    const last = el("td", { class: "last" }, ago(p.last_at, now), " ",
+      el("span", { class: p.last_failed ? "outcome alarm" : "outcome ok" }, p.last_failed ? "failed" : "ok"));
+    last.title = p.last_at;
+    let err = el("td", { class: "error-text none" }, "–");
+    if (p.last_error) {
+      err = el("td", { class: p.last_failed ? "error-text alarm" : "error-text old" },
+        el("span", { class: "message" }, p.last_error), " ", el("span", { class: "when" }, ago(p.last_error_at, now)));
+      err.title = p.last_error + "\n" + p.last_error_at;
+    }
+    return el("tr", { "data-partner": p.partner, class: p.last_failed ? "failing" : "" },
+      el("td", { class: "partner" }, p.partner),
+      el("td", { class: "num attempts" }, int(p.attempts)),
+      el("td", { class: "num success" }, pct(p.success_rate)),
+      last, err);
+  }
+
+  // renderPartners fetches and draws the partners panel: the tenant
+  // token's own tenant, or the tenant an admin picked; hidden otherwise.
+  async function renderPartners(snap, tok, mine) {
+    const panel = document.getElementById("partners-panel");
+    const tenant = snap.tenant || view.tenant;
+    if (!snap.partners || !tenant) {
+      panel.hidden = true;
+      return;
+    }
+    const note = document.getElementById("partners-note");
+    let text = "";
+    try {
+      const res = await fetch("api/partners" + (snap.tenant ? "" : "?tenant=" + encodeURIComponent(tenant)),
+        { cache: "no-store", headers: tok ? { Authorization: "Bearer " + tok } : {} });
+      const list = await res.json();
+      if (mine !== asked) return;
+      if (!res.ok || list.error) throw new Error(list.error || res.status + " " + res.statusText);
+      document.querySelector("#partners tbody").replaceChildren(...(list.partners.length
+        ? list.partners.map(p => partnerRow(p, list.generated_at))
+        : [el("tr", {}, el("td", { colspan: "5", class: "nodata" }, "no request to a partner in the delivery log"))]));
+    } catch (err) {
+      if (mine !== asked) return;
+      text = "partners unavailable: " + err.message;
+    }
+    document.getElementById("partners-tenant").textContent = tenant;
+    document.getElementById("partners-close").hidden = !!snap.tenant;
+    document.getElementById("partners-close").href = "?" + address("");
+    note.textContent = text;
+    note.hidden = !text;
+    panel.hidden = false;
   }
 
   function showError(msg) {
@@ -256,6 +338,8 @@
       if (!res.ok || snap.error) throw new Error(snap.error || res.status + " " + res.statusText);
       renderDests(snap);
       renderTenants(snap);
+      await renderPartners(snap, tok, mine);
+      if (mine !== asked) return;
       document.getElementById("updated").textContent =
         "updated " + new Date(snap.generated_at).toLocaleTimeString("en-GB") +
         (snap.tenant ? " · tenant " + snap.tenant + " only; throughput is shown to admin tokens" : "");
@@ -282,6 +366,18 @@
     clearTimeout(typing);
     view.filter = document.getElementById("filter").value.trim().toLowerCase();
     view.page = 1;
+    tick();
+  });
+  document.querySelector("#tenants tbody").addEventListener("click", ev => {
+    const a = ev.target.closest("a.pick");
+    if (!a || ev.button !== 0 || ev.ctrlKey || ev.metaKey || ev.shiftKey) return;
+    ev.preventDefault();
+    view.tenant = a.dataset.tenant;
+    tick();
+  });
+  document.getElementById("partners-close").addEventListener("click", ev => {
+    ev.preventDefault();
+    view.tenant = "";
     tick();
   });
   document.getElementById("prev").addEventListener("click", () => { view.page = Math.max(1, view.page - 1); tick(); });

@@ -1,0 +1,4 @@
+package dashboard
+
+// LogDeliveries is logDeliveries, for the tests of package dashboard_test.
+var LogDeliveries = logDeliveries
