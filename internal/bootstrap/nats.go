@@ -164,7 +164,13 @@ func ConnectNATS(ctx context.Context, cfg NATSConfig, name string, log *slog.Log
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("nats disconnected", "err", err)
+			// err is nil when the connection closes on purpose (Close,
+			// Drain at shutdown): nothing to warn about.
+			if err == nil {
+				log.Info("nats connection closed", "name", name)
+				return
+			}
+			log.Warn("nats disconnected", "name", name, "err", err)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())

@@ -1,6 +1,7 @@
 package bootstrap_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -255,4 +257,61 @@ func TestNATSConfigFlags(t *testing.T) {
 	if d != (bootstrap.NATSConfig{URL: bootstrap.NATSURLDefault}) {
 		t.Errorf("defaults %+v", d)
 	}
+}
+
+// A connection closed on purpose (Drain at shutdown) is logged at INFO
+// without an error; a server going away is a WARN with the reason.
+func TestDisconnectLogLevels(t *testing.T) {
+	t.Parallel()
+	srv, _ := testenv.NATS(t)
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	nc, err := bootstrap.ConnectNATS(context.Background(), bootstrap.NATSConfig{URL: srv.ClientURL()}, "closing", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap.DrainNATS(nc, 10*time.Second, log)
+	testenv.WaitUntil(context.Background(), time.Now().Add(10*time.Second), func() bool { return strings.Contains(buf.String(), "closed") })
+	out := buf.String()
+	if !strings.Contains(out, `level=INFO msg="nats connection closed" name=closing`) || strings.Contains(out, "WARN") || strings.Contains(out, "err=") {
+		t.Errorf("clean close logged:\n%s", out)
+	}
+
+	other := testenv.NATSServer(t, t.TempDir())
+	buf.Reset()
+	nc, err = bootstrap.ConnectNATS(context.Background(), bootstrap.NATSConfig{URL: other.ClientURL()}, "dropped", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	other.Shutdown()
+	testenv.WaitUntil(context.Background(), time.Now().Add(10*time.Second), func() bool { return strings.Contains(buf.String(), "disconnected") })
+	if out := buf.String(); !strings.Contains(out, `level=WARN msg="nats disconnected" name=dropped err=`) {
+		t.Errorf("server gone logged:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the NATS callback goroutines and the
+// test may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }
