@@ -55,8 +55,8 @@ lint: ## gofmt, go vet and staticcheck
 	@$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 .PHONY: build
-build: ## Build the binaries into bin/
-	@$(GO) build -o bin/ ./cmd/...
+build: ## Build the binaries into bin/, stamped with the version and commit (--version)
+	@$(GO) build -ldflags "$$(sh scripts/ldflags.sh)" -o bin/ ./cmd/...
 
 .PHONY: nats-config-check
 nats-config-check: ## Check deploy/nats configs with an installed nats-server binary (nats-server -t), single-tls.conf with certificates from tls-certs.sh

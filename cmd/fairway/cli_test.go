@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,14 +14,14 @@ import (
 // fairway runs the CLI in process against dsn and returns stdout, stderr.
 func fairway(t *testing.T, dsn string, args ...string) (string, string, error) {
 	t.Helper()
+	return fairwayEnv(t, map[string]string{"DATABASE_URL": dsn}, args...)
+}
+
+// fairwayEnv runs the CLI in process with the environment env.
+func fairwayEnv(t *testing.T, env map[string]string, args ...string) (string, string, error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	getenv := func(k string) string {
-		if k == "DATABASE_URL" {
-			return dsn
-		}
-		return ""
-	}
-	cmd := newRootCmd(getenv, &out, &errOut)
+	cmd := newRootCmd(func(k string) string { return env[k] }, &out, &errOut)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
@@ -93,5 +94,78 @@ func TestMissingDatabaseURLIsAUsageError(t *testing.T) {
 	var ue usageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("err %v, want a usage error naming DATABASE_URL", err)
+	}
+}
+
+// The CLI reads FAIRWAY_LOG_LEVEL and FAIRWAY_LOG_FORMAT as the services
+// do; a flag wins over its variable.
+func TestLogSettingsFromEnvironment(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.NewDatabase(t)
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		args []string
+		want string // in the error; "" for none
+	}{
+		"level":       {map[string]string{"FAIRWAY_LOG_LEVEL": "loud"}, nil, `log level "loud"`},
+		"format":      {map[string]string{"FAIRWAY_LOG_FORMAT": "xml"}, nil, `log format "xml"`},
+		"flag wins":   {map[string]string{"FAIRWAY_LOG_LEVEL": "loud"}, []string{"--log-level", "error"}, ""},
+		"not given":   {nil, nil, ""},
+		"flag itself": {nil, []string{"--log-format", "yaml"}, `log format "yaml"`},
+	} {
+		env := map[string]string{"DATABASE_URL": dsn}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		_, _, err := fairwayEnv(t, env, append([]string{"tenants", "list"}, tc.args...)...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error saying %s", name, err, tc.want)
+		}
+	}
+}
+
+// The binary: --help exits 0 and shows on each command the connection
+// and log flags it uses, with their variables, and no others; a password
+// in the environment never shows; --version names the commit.
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(testenv.BuildCommands(t, "fairway"), "fairway")
+	secrets := []string{"NATS_URL=nats://operator:hunter2@n:4222", "DATABASE_URL=postgres://fairway:hunter2@db/fairway"}
+	for _, tc := range []struct {
+		args         []string
+		want, absent []string
+	}{
+		{[]string{"--help"}, []string{"status", "tenants", "--version"}, []string{"--database-url", "--nats-url", "--log-level"}},
+		{[]string{"status", "--help"}, []string{"(env DATABASE_URL, set)", "(env NATS_URL, set)", "(env NATS_CREDS)", "(env FAIRWAY_LOG_LEVEL)", "(env FAIRWAY_LOG_FORMAT)"}, nil},
+		{[]string{"tenants", "list", "--help"}, []string{"(env DATABASE_URL, set)", "(env FAIRWAY_LOG_LEVEL)"}, []string{"--nats-url"}},
+		{[]string{"dlq", "list", "--help"}, []string{"(env NATS_URL, set)"}, []string{"--database-url"}},
+		{[]string{"migrate", "--help"}, []string{"(env DATABASE_URL, set)"}, []string{"--nats-url", "--log-level"}},
+		{[]string{"serve", "--help"}, []string{"(env FAIRWAY_SERVE_LISTEN)", "(env FAIRWAY_SERVE_TLS_CERT)", "(env NATS_URL, set)"}, nil},
+	} {
+		out, errOut, code := testenv.RunCommand(t, bin, secrets, tc.args...)
+		if code != 0 || errOut != "" {
+			t.Errorf("%s: exit %d, stderr %q", tc.args, code, errOut)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s lacks %q:\n%s", tc.args, w, out)
+			}
+		}
+		for _, a := range append(tc.absent, "hunter2") {
+			if strings.Contains(out, a) {
+				t.Errorf("%s shows %q:\n%s", tc.args, a, out)
+			}
+		}
+	}
+	out, errOut, code := testenv.RunCommand(t, bin, nil, "--version")
+	if code != 0 || errOut != "" {
+		t.Fatalf("--version: exit %d, stderr %q", code, errOut)
+	}
+	testenv.CheckVersion(t, "fairway", out)
+	if _, errOut, code := testenv.RunCommand(t, bin, nil, "status", "--no-such-flag"); code != 2 || !strings.Contains(errOut, "--no-such-flag") {
+		t.Errorf("an unknown flag: exit %d, %q; want 2", code, errOut)
 	}
 }

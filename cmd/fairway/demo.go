@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dashboard"
@@ -26,6 +27,7 @@ const demoDB = "fairway_demo"
 func (c *cli) demoCmd() *cobra.Command {
 	var cfg demo.Config
 	var listen string
+	var logCfg bootstrap.LogConfig
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole pipeline in one process: a noisy tenant's catalog import next to many small tenants, with a live view",
@@ -43,7 +45,7 @@ stored last to reach every destination.`,
 			if c.databaseURL == "" {
 				return usageError{errors.New("set DATABASE_URL (make demo does this for you)")}
 			}
-			return c.runDemo(cmd.Context(), cfg, listen)
+			return c.runDemo(cmd.Context(), cfg, listen, logCfg)
 		},
 	}
 	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "stop by itself after this long (default: when every destination applied the import, or Ctrl-C)")
@@ -51,16 +53,19 @@ stored last to reach every destination.`,
 	cmd.Flags().IntVar(&cfg.SmallTenants, "small-tenants", 12, "small tenants publishing steadily")
 	cmd.Flags().Float64Var(&cfg.SmallRate, "small-rate", 5, "events per second per small tenant")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "ingest HTTP address")
+	c.addFlags(cmd.Flags(), usesDatabase)
+	// The pipeline logs to a file, at info unless told otherwise.
+	c.envFlags(cmd.Flags(), "", func(fs *pflag.FlagSet) { logCfg.RegisterFlags(fs, "info") })
 	return cmd
 }
 
-func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string) error {
+func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string, logCfg bootstrap.LogConfig) error {
 	logFile, err := os.CreateTemp("", "fairway-demo-*.log")
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	log, err := bootstrap.NewLogger(logFile, c.logFormat, "info")
+	log, err := logCfg.New(logFile)
 	if err != nil {
 		return usageError{err}
 	}

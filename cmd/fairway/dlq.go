@@ -35,6 +35,7 @@ deletes the letter. Lost-range letters cannot be redriven.`,
 	}
 	cmd.PersistentFlags().StringVar(&f.stream, "stream", dlq.StreamName, "dead-letter stream")
 	cmd.AddCommand(c.dlqListCmd(f), c.dlqShowCmd(f), c.dlqRedriveCmd(f), c.dlqRmCmd(f))
+	c.addFlags(cmd.PersistentFlags(), usesNATS)
 	return cmd
 }
 

@@ -32,6 +32,7 @@ given. A secret is printed only when fairway generates it
 	cmd.AddCommand(c.partnersAddCmd(), c.partnersListCmd(), c.partnersRemoveCmd(),
 		c.partnersEnableCmd("enable", true), c.partnersEnableCmd("disable", false),
 		c.partnersSetSigningCmd(), c.partnersRotateSecretCmd())
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
 }
 

@@ -30,9 +30,9 @@ func TestPartnersCmd(t *testing.T) {
 	}
 	run := func(args ...string) (string, string, error) {
 		var out, errOut bytes.Buffer
-		c := &cli{getenv: func(k string) string { return env[k] }, out: &out, errOut: &errOut, databaseURL: dsn, logFormat: "text", logLevel: "warn"}
+		c := &cli{getenv: func(k string) string { return env[k] }, out: &out, errOut: &errOut}
 		cmd := c.partnersCmd()
-		cmd.SetArgs(args)
+		cmd.SetArgs(append(args, "--database-url", dsn))
 		cmd.SetOut(&out)
 		cmd.SetErr(&errOut)
 		err := cmd.ExecuteContext(context.Background())

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dashboard"
@@ -18,7 +18,7 @@ import (
 
 // serveListenDefault is where `fairway serve` listens: loopback, where the
 // dashboard needs no token (dashboardTokens).
-const serveListenDefault = "127.0.0.1:8090"
+const serveListenDefault = bootstrap.DashboardListenDefault
 
 func (c *cli) serveCmd() *cobra.Command {
 	var listen string
@@ -50,13 +50,14 @@ With --tls-cert and --tls-key it serves HTTPS.`,
 			return c.runServe(cmd.Context(), listen, requireToken, tlsFiles, cfg)
 		},
 	}
-	cmd.Flags().BoolVar(&requireToken, "require-token", false, "ask for a token on loopback too (always asked beyond loopback)")
-	cmd.Flags().StringVar(&listen, "listen", serveListenDefault, "HTTP address of the dashboard")
-	cmd.Flags().IntVar(&cfg.TopK, "top", dashboard.TopKDefault, "tenants listed one by one, those with the most backlog")
-	cmd.Flags().DurationVar(&cfg.Refresh, "refresh", dashboard.RefreshDefault, "how often the page refreshes (and status is read)")
-	tlsFlags := flag.NewFlagSet("tls", flag.ContinueOnError)
-	tlsFiles.RegisterFlags(tlsFlags, "FAIRWAY_SERVE_", c.getenv)
-	cmd.Flags().AddGoFlagSet(tlsFlags)
+	c.envFlags(cmd.Flags(), "FAIRWAY_SERVE_", func(fs *pflag.FlagSet) {
+		fs.BoolVar(&requireToken, "require-token", false, "ask for a token on loopback too (always asked beyond loopback)")
+		fs.StringVar(&listen, "listen", serveListenDefault, "HTTP address of the dashboard")
+		fs.IntVar(&cfg.TopK, "top", dashboard.TopKDefault, "tenants listed one by one, those with the most backlog")
+		fs.DurationVar(&cfg.Refresh, "refresh", dashboard.RefreshDefault, "how often the page refreshes (and status is read)")
+		tlsFiles.RegisterFlags(fs, "FAIRWAY_SERVE_")
+	})
+	c.addFlags(cmd.Flags(), usesDatabase|usesNATS|usesLog)
 	return cmd
 }
 

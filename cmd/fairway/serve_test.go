@@ -15,7 +15,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dashboard"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -187,10 +186,9 @@ func serveDeps(t *testing.T, ctx context.Context) (st *tenancy.Store, dsn, natsU
 func startServe(t *testing.T, ctx context.Context, dsn, natsURL string, args ...string) (base, authLine string, stop func(), done <-chan error) {
 	t.Helper()
 	out := make(lines, 16)
-	c := &cli{getenv: func(string) string { return "" }, out: out, errOut: io.Discard,
-		databaseURL: dsn, nats: bootstrap.NATSConfig{URL: natsURL}, logFormat: "text", logLevel: "warn"}
+	c := &cli{getenv: func(string) string { return "" }, out: out, errOut: io.Discard}
 	cmd := c.serveCmd()
-	cmd.SetArgs(args)
+	cmd.SetArgs(append(args, "--database-url", dsn, "--nats-url", natsURL))
 	runCtx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	result := make(chan error, 1)

@@ -15,6 +15,7 @@ func (c *cli) tenantsCmd() *cobra.Command {
 	}
 	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsTokenCmd(),
 		c.tenantsPauseCmd("pause", true), c.tenantsPauseCmd("resume", false))
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
 }
 
@@ -186,6 +187,7 @@ func (c *cli) adminTokenCmd() *cobra.Command {
 	}
 	create.Flags().StringVar(&name, "name", "operator", "who the token is for")
 	cmd.AddCommand(create)
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
 }
 

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -238,14 +238,19 @@ func TestNATSConfigOptions(t *testing.T) {
 	}
 }
 
-// Each NATS flag defaults to its environment variable; a flag given wins.
+// Each NATS flag is read from its environment variable when not given; a
+// flag given wins.
 func TestNATSConfigFlags(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"NATS_URL": "nats://n:4222", "NATS_CREDS": "u.creds", "NATS_NKEY": "u.nk", "NATS_CA": "ca.pem", "NATS_CERT": "c.pem", "NATS_KEY": "k.pem"}
+	getenv := func(k string) string { return env[k] }
 	var c bootstrap.NATSConfig
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	c.RegisterFlags(fs, func(k string) string { return env[k] })
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c.RegisterFlags(fs)
 	if err := fs.Parse([]string{"--nats-ca", "other.pem"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bootstrap.ApplyEnv(fs, getenv); err != nil {
 		t.Fatal(err)
 	}
 	want := bootstrap.NATSConfig{URL: "nats://n:4222", Creds: "u.creds", Nkey: "u.nk", CA: "other.pem", Cert: "c.pem", Key: "k.pem"}
@@ -253,7 +258,11 @@ func TestNATSConfigFlags(t *testing.T) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 	var d bootstrap.NATSConfig
-	d.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError), func(string) string { return "" })
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	d.RegisterFlags(fs)
+	if err := bootstrap.ApplyEnv(fs, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
 	if d != (bootstrap.NATSConfig{URL: bootstrap.NATSURLDefault}) {
 		t.Errorf("defaults %+v", d)
 	}
