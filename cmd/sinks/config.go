@@ -145,10 +145,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	return c, nil
 }
 
+// newLogger returns the logger of the process. It does not carry the
+// destination: the runner and the B2B sink add dest= to their lines, and
+// run adds it to its own.
 func newLogger(c Config, w io.Writer) (*slog.Logger, error) {
 	log, err := c.Log.New(w)
 	if err != nil {
 		return nil, err
 	}
-	return log.With("service", "sinks", "dest", c.Dest), nil
+	return log.With("service", "sinks"), nil
 }

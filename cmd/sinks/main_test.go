@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,7 +179,9 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 		t.Fatal(err)
 	}
 	cfg.Runner.FetchWait = 200 * time.Millisecond
-	if cfg.Runner.Logger, err = newLogger(cfg, io.Discard); err != nil {
+	var logs syncBuffer
+	cfg.Log.Level = "debug"
+	if cfg.Runner.Logger, err = newLogger(cfg, &logs); err != nil {
 		t.Fatal(err)
 	}
 	bg := context.Background()
@@ -248,6 +252,39 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 	case <-time.After(60 * time.Second):
 		t.Fatal("run did not return after shutdown")
 	}
+	// Each line names the destination at most once; the lines of the
+	// process itself name it too.
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	for _, l := range lines {
+		if n := strings.Count(l, " dest="); n > 1 {
+			t.Errorf("dest= %d times: %s", n, l)
+		}
+		if strings.Contains(l, "sinks listening") && !strings.Contains(l, " dest="+dest) {
+			t.Errorf("no dest=%s: %s", dest, l)
+		}
+	}
+	if len(lines) < 3 {
+		t.Errorf("only %d log lines at debug level:\n%s", len(lines), logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the sink's goroutines and the test
+// may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func waitFor(t *testing.T, what string, cond func() error) {
