@@ -146,6 +146,11 @@ func TestPartnersCmd(t *testing.T) {
 		}
 		all.WriteString(out + errOut + err.Error())
 	}
+	// An http URL is refused with the flag that permits it.
+	if _, _, err := run("add", "acme", "x", "--url", "http://plain.example/hook", "--secret-env", "WHSEC"); err == nil ||
+		!strings.Contains(err.Error(), "is http") || !strings.Contains(err.Error(), "--allow-insecure-http") {
+		t.Errorf("an http URL: %v, want an error naming --allow-insecure-http", err)
+	}
 	var ue usageError
 	if _, _, err := run("add", "acme", "x", "--url", "https://ok.example"); !errors.As(err, &ue) {
 		t.Errorf("missing secret: %v, want a usage error", err)
