@@ -41,7 +41,8 @@ func TestTenantCommands(t *testing.T) {
 	if err != nil || !strings.HasPrefix(tok, "fw_") || !strings.Contains(errOut, "shown once") {
 		t.Fatalf("create: %q %q %v", tok, errOut, err)
 	}
-	if _, _, err := fairway(t, dsn, "tenants", "create", "acme"); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, _, err := fairway(t, dsn, "tenants", "create", "acme"); err == nil || !strings.Contains(err.Error(), "exists") ||
+		!strings.Contains(err.Error(), "fairway tenants token acme") {
 		t.Fatalf("create twice: %v", err)
 	}
 	if _, _, err := fairway(t, dsn, "tenants", "create", "Bad.Tenant"); err == nil || !strings.Contains(err.Error(), "Bad.Tenant") {
@@ -59,26 +60,30 @@ func TestTenantCommands(t *testing.T) {
 	if _, _, err := fairway(t, dsn, "tenants", "set-weight", "acme", "--weight", "3"); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"pause", "acme", "--dest", "postgres"}, {"resume", "acme", "--dest", "postgres"}, {"pause", "acme"}} {
-		if out, _, err := fairway(t, dsn, append([]string{"tenants"}, args...)...); err != nil || !strings.Contains(out, args[0]+"d") {
-			t.Fatalf("tenants %v: %q %v", args, out, err)
+	// PAUSED says what holds acme's postgres back: its own pause, the
+	// tenant's, both or none.
+	for _, step := range []struct {
+		args   []string
+		paused string
+	}{
+		{[]string{"pause", "acme", "--dest", "postgres"}, "dest"},
+		{[]string{"pause", "acme"}, "tenant,dest"},
+		{[]string{"resume", "acme", "--dest", "postgres"}, "tenant"},
+		{[]string{"resume", "acme"}, "no"},
+		{[]string{"pause", "acme"}, "tenant"},
+	} {
+		if out, _, err := fairway(t, dsn, append([]string{"tenants"}, step.args...)...); err != nil || !strings.Contains(out, step.args[0]+"d") {
+			t.Fatalf("tenants %v: %q %v", step.args, out, err)
+		}
+		if f := strings.Fields(listRow(t, dsn, "acme", "postgres")); len(f) < 3 || f[2] != step.paused {
+			t.Fatalf("after tenants %v, PAUSED %q, want %s", step.args, f, step.paused)
 		}
 	}
 	if _, _, err := fairway(t, dsn, "tenants", "pause", "acme", "--dest", "clickhouse"); err == nil {
 		t.Fatal("pausing a destination the tenant never used must fail")
 	}
-	out, _, err = fairway(t, dsn, "tenants", "list")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var row string
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "acme") && strings.Contains(l, "postgres") {
-			row = l
-		}
-	}
-	if f := strings.Fields(row); len(f) < 6 || f[1] != "3" || f[2] != "true" || f[4] != "4" {
-		t.Fatalf("list row %q in\n%s", row, out)
+	if row := listRow(t, dsn, "acme", "postgres"); len(strings.Fields(row)) < 6 || strings.Fields(row)[1] != "3" || strings.Fields(row)[4] != "4" {
+		t.Fatalf("list row %q", row)
 	}
 	if tok2, _, err := fairway(t, dsn, "tenants", "token", "acme"); err != nil || tok2 == tok || !strings.HasPrefix(tok2, "fw_") {
 		t.Fatalf("token: %q %v", tok2, err)
@@ -86,6 +91,22 @@ func TestTenantCommands(t *testing.T) {
 	if adm, _, err := fairway(t, dsn, "admin-token", "create"); err != nil || !strings.HasPrefix(adm, "fw_") {
 		t.Fatalf("admin token: %q %v", adm, err)
 	}
+}
+
+// listRow returns the row of tenants list for tenant and dest.
+func listRow(t *testing.T, dsn, tenant, dest string) string {
+	t.Helper()
+	out, _, err := fairway(t, dsn, "tenants", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[0] == tenant && f[3] == dest {
+			return l
+		}
+	}
+	t.Fatalf("no row for %s %s in\n%s", tenant, dest, out)
+	return ""
 }
 
 func TestMissingDatabaseURLIsAUsageError(t *testing.T) {
