@@ -28,7 +28,7 @@ demo: services ## Run the whole pipeline in one process with a noisy tenant and 
 	@$(WITH_ENV) $(GO) run ./cmd/fairway demo $(DEMO_ARGS)
 
 .PHONY: test
-test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStream) with -race, then each fuzz target briefly
+test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStream; systemd-analyze verify when installed) with -race, then each fuzz target briefly
 	@$(GO) vet $(PKGS)
 	@$(WITH_ENV) $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME_TEST),5s)
