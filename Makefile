@@ -24,8 +24,9 @@ services-stop: ## Stop the private servers `make services` started
 	@bash scripts/stop-services.sh
 
 .PHONY: demo
-demo: services ## Run the whole pipeline in one process with a noisy tenant and many small ones
-	@$(WITH_ENV) $(GO) run ./cmd/fairway demo $(DEMO_ARGS)
+demo: services ## Build bin/fairway and run the whole pipeline in one process (a noisy tenant, many small ones) until all is applied
+	@GO=$(GO) bash scripts/build.sh bin/fairway ./cmd/fairway
+	@$(WITH_ENV) bin/fairway demo $(DEMO_ARGS); status=$$?; echo; bash scripts/stop-services.sh --list; exit $$status
 
 .PHONY: test
 test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStream; systemd-analyze verify when installed) with -race, then each fuzz target briefly

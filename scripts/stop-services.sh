@@ -4,6 +4,10 @@
 # those. Their data stays in .dev/; the next dev-services.sh starts them again.
 # Servers it did not start (the system's, or ones named by DATABASE_URL /
 # CLICKHOUSE_ADDR) are never touched.
+#
+# stop-services.sh --list stops nothing: it says which servers the last
+# dev-services.sh chose (.dev/services.env), which of them are private
+# servers still running, and how to stop those (`make demo` ends with it).
 set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -82,7 +86,58 @@ stop_clickhouse() {
 	say "clickhouse: stopped private server on 127.0.0.1:${tcp:-?}"
 }
 
+# redact hides the password of a URL.
+redact() { sed -E 's#(://[^:/@]*):[^@/]*@#\1:xxxxx@#' <<<"$1"; }
+
+# env_get NAME prints NAME's value from .dev/services.env.
+env_get() {
+	[[ -r $DEV/services.env ]] || return 0
+	(
+		set +u
+		# shellcheck disable=SC1091
+		. "$DEV/services.env"
+		printf '%s' "${!1}"
+	)
+}
+
+# list says which servers are running for this checkout, stopping none.
+list() {
+	local base data port pid tcp='' private='' pg ch lines=()
+	pg=$(env_get DATABASE_URL) ch=$(env_get CLICKHOUSE_ADDR)
+	base=$DEV/pg
+	[[ -r $DEV/pg-location ]] && base=$(cat "$DEV/pg-location")
+	data=$base/data
+	port=$(cat "$base/port" 2>/dev/null || echo '?')
+	if pid=$(pid_is "$data/postmaster.pid" postgres "$data"); then
+		lines+=("  postgres: private server on 127.0.0.1:$port (pid $pid, data in ${base#"$ROOT"/}), started by make services")
+		private=1
+	elif [[ -n $pg ]]; then
+		lines+=("  postgres: $(redact "$pg") (not started from this checkout: left as it was)")
+	fi
+	if pid=$(pid_is "$CH_PID" clickhouse "$CH_DIR/config.xml"); then
+		[[ -r $CH_DIR/ports ]] && read -r tcp _ <"$CH_DIR/ports"
+		lines+=("  clickhouse: private server on 127.0.0.1:${tcp:-?} (pid $pid, data in ${CH_DIR#"$ROOT"/}), started by make services")
+		private=1
+	elif [[ -n $ch ]]; then
+		lines+=("  clickhouse: $ch (not started from this checkout: left as it was)")
+	fi
+	if ((${#lines[@]} == 0)); then
+		say "no private servers of this checkout are running"
+		return 0
+	fi
+	say "servers still running:"
+	printf '%s\n' "${lines[@]}"
+	if [[ -n $private ]]; then
+		say "make services-stop stops the private servers (their data stays in .dev/; make services starts them again)."
+	fi
+}
+
 main() {
+	if [[ ${1:-} == --list ]]; then
+		list
+		return 0
+	fi
+	[[ $# -eq 0 ]] || die "usage: stop-services.sh [--list]"
 	[[ -d $DEV ]] || return 0
 	# Wait for a dev-services.sh that may be starting a server right now.
 	if command -v flock >/dev/null && [[ -e $DEV/services.lock ]]; then

@@ -37,18 +37,22 @@ PostgreSQL and ClickHouse (databases fairway_demo, recreated at start) and an
 in-process partner webhook receiver. Tenant "noisy" uploads a large CSV
 catalog while small tenants publish a few events per second each; the live
 view shows per tenant how much each destination applied and the end-to-end
-latency. It stops by itself (or after --duration, or on Ctrl-C) and prints
-a summary; when not interrupted it first waits up to 10 s for the events
-stored last to reach every destination.`,
+latency.
+
+It stops by itself once every destination applied the whole catalog: the
+small tenants stop publishing, and once every event stored is applied (at
+most 10 s more) it prints a summary. --duration is an upper bound: the run
+stops then even if not everything was applied, and the summary says how
+much was not. Ctrl-C stops at once, with the summary.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.databaseURL == "" {
 				return usageError{errors.New("set DATABASE_URL (make demo does this for you)")}
 			}
-			return c.runDemo(cmd.Context(), cfg, listen, logCfg)
+			return c.runDemo(cmd.Context(), cfg, listen, demoDB, logCfg)
 		},
 	}
-	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "stop by itself after this long (default: when every destination applied the import, or Ctrl-C)")
+	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "stop after at most this long, applied or not (default: no limit; it stops once every destination applied everything)")
 	cmd.Flags().IntVar(&cfg.NoisyRows, "noisy-rows", 200_000, "rows in the noisy tenant's CSV catalog import")
 	cmd.Flags().IntVar(&cfg.SmallTenants, "small-tenants", 12, "small tenants publishing steadily")
 	cmd.Flags().Float64Var(&cfg.SmallRate, "small-rate", 5, "events per second per small tenant")
@@ -59,7 +63,9 @@ stored last to reach every destination.`,
 	return cmd
 }
 
-func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string, logCfg bootstrap.LogConfig) error {
+// runDemo runs the demo on the PostgreSQL and ClickHouse databases named
+// database (recreated); the pipeline logs to a file as logCfg says.
+func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen, database string, logCfg bootstrap.LogConfig) error {
 	logFile, err := os.CreateTemp("", "fairway-demo-*.log")
 	if err != nil {
 		return err
@@ -75,7 +81,7 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string, logCf
 		tenants = append(tenants, fmt.Sprintf("small-%02d", i+1))
 	}
 	p, err := startPipeline(ctx, pipelineConfig{AdminURL: c.databaseURL, ClickHouseAddr: c.getenv("CLICKHOUSE_ADDR"),
-		Database: demoDB, Name: "demo", Tenants: tenants, Logger: log})
+		Database: database, Name: "demo", Tenants: tenants, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -88,7 +94,7 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string, logCf
 	}
 	// The dashboard at /ui: status from PostgreSQL and JetStream,
 	// throughput and p95 from the sink runners' metrics on the registry.
-	sampler, err := dashboard.NewSampler(p.Registry, &dashboard.SamplerConfig{Logger: log})
+	sampler, err := dashboard.NewSampler(&dashboard.SamplerConfig{Logger: log}, dashboard.Registry("this process", p.Registry))
 	if err != nil {
 		return err
 	}
@@ -126,7 +132,7 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen string, logCf
 	cfg.Footer = "dashboard: " + cfg.BaseURL + dashboard.Path + "/   metrics: " + cfg.BaseURL + "/metrics   logs: " + logFile.Name()
 	fmt.Fprintf(c.out, "fairway demo: ingest %s, embedded JetStream %s, PostgreSQL %s, ClickHouse %s/%s, partner %s\n",
 		cfg.BaseURL, p.NATSServer.ClientURL(), bootstrap.RedactURL(p.DSN), p.ClickHouseAddr, p.Database, p.Receiver.URL())
-	fmt.Fprintf(c.out, "dashboard: %s%s/ (it %s)\n", cfg.BaseURL, dashboard.Path, authLine)
+	fmt.Fprintf(c.out, "dashboard: %s%s/ (it %s); logs: %s\n", cfg.BaseURL, dashboard.Path, authLine, logFile.Name())
 	runErr := demo.Run(ctx, cfg)
 	if err := p.Close(ctx); err != nil && runErr == nil {
 		runErr = err

@@ -4,16 +4,20 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fairwayhq/fairway/internal/dashboard"
 	"github.com/fairwayhq/fairway/internal/migrate"
@@ -39,9 +43,12 @@ func TestServeDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	base, authLine, stop, done := startServe(t, ctx, dsn, natsURL, "--listen", "127.0.0.1:0", "--refresh", "500ms")
+	base, authLine, metricsLine, stop, done := startServeEnv(t, ctx, dsn, natsURL, nil, "--listen", "127.0.0.1:0", "--refresh", "500ms")
 	if !strings.Contains(authLine, "open without a token") || !strings.Contains(authLine, "--require-token") {
 		t.Errorf("start line on loopback: %q", authLine)
+	}
+	if !strings.Contains(metricsLine, `no --sink-metrics: events/s and p95 read "no data"`) {
+		t.Errorf("start line without sink metrics: %q", metricsLine)
 	}
 
 	for path, want := range map[string]string{"/": `id="tenants"`, "/ui/": `id="tenants"`, "/healthz": "ok"} {
@@ -78,6 +85,73 @@ func TestServeDashboard(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("serve did not stop")
+	}
+}
+
+// TestServeReadsSinkMetrics runs `fairway serve` with the /metrics address
+// of a sinks process in FAIRWAY_SERVE_SINK_METRICS, as an operator running
+// the services separately does: the dashboard's destinations get events/s
+// and p95 from it, without the demo. A bad --sink-metrics is a usage error
+// naming the flag.
+func TestServeReadsSinkMetrics(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, dsn, natsURL := serveDeps(t, ctx)
+	if _, err := st.EnsureTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, "acme", tenancy.DestPostgres, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A sinks process's metrics: the runner's series, served as cmd/sinks
+	// serves them.
+	reg := prometheus.NewRegistry()
+	applied := prometheus.NewCounterVec(prometheus.CounterOpts{Name: dashboard.AppliedMetric}, []string{"dest"})
+	e2e := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: dashboard.EndToEndMetric,
+		Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 14)}, []string{"dest"})
+	reg.MustRegister(applied, e2e)
+	sinks := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer sinks.Close()
+	addr := strings.TrimPrefix(sinks.URL, "http://")
+
+	base, _, metricsLine, _, _ := startServeEnv(t, ctx, dsn, natsURL, map[string]string{"FAIRWAY_SERVE_SINK_METRICS": addr},
+		"--listen", "127.0.0.1:0", "--refresh", "200ms")
+	if want := "events/s and p95 from the sink metrics at " + sinks.URL + "/metrics"; !strings.Contains(metricsLine, want) {
+		t.Errorf("start line %q, want %q", metricsLine, want)
+	}
+	for {
+		applied.WithLabelValues(tenancy.DestPostgres).Add(10)
+		e2e.WithLabelValues(tenancy.DestPostgres).Observe(0.2)
+		res, err := http.Get(base + "/ui/api/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var snap dashboard.Snapshot
+		err = json.NewDecoder(res.Body).Decode(&snap)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.Dests) == 1 && snap.Dests[0].Stats != nil && snap.Dests[0].Stats.EventsPerSecond > 0 && snap.Dests[0].Stats.P95Seconds != nil {
+			if !snap.Throughput || len(snap.MetricsSources) != 1 || snap.MetricsSources[0].Error != "" {
+				t.Errorf("metrics sources %+v", snap.MetricsSources)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no events/s and p95 for postgres from the sink metrics: %+v", snap.Dests)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+
+	for _, bad := range []string{"ftp://x/metrics", "http://"} {
+		_, _, err := fairway(t, dsn, "serve", "--sink-metrics", bad)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--sink-metrics") {
+			t.Errorf("--sink-metrics %s: %v, want a usage error naming the flag", bad, err)
+		}
 	}
 }
 
@@ -185,10 +259,17 @@ func serveDeps(t *testing.T, ctx context.Context) (st *tenancy.Store, dsn, natsU
 // arrives on.
 func startServe(t *testing.T, ctx context.Context, dsn, natsURL string, args ...string) (base, authLine string, stop func(), done <-chan error) {
 	t.Helper()
+	base, authLine, _, stop, done = startServeEnv(t, ctx, dsn, natsURL, nil, args...)
+	return base, authLine, stop, done
+}
+
+// startServeEnv is startServe with env as the environment; it also returns
+// the start line about sink metrics.
+func startServeEnv(t *testing.T, ctx context.Context, dsn, natsURL string, env map[string]string, args ...string) (base, authLine, metricsLine string, stop func(), done <-chan error) {
+	t.Helper()
 	out := make(lines, 16)
-	c := &cli{getenv: func(string) string { return "" }, out: out, errOut: io.Discard}
-	cmd := c.serveCmd()
-	cmd.SetArgs(append(args, "--database-url", dsn, "--nats-url", natsURL))
+	cmd := newRootCmd(func(k string) string { return env[k] }, out, io.Discard)
+	cmd.SetArgs(append([]string{"serve", "--database-url", dsn, "--nats-url", natsURL}, args...))
 	runCtx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	result := make(chan error, 1)
@@ -217,5 +298,6 @@ func startServe(t *testing.T, ctx context.Context, dsn, natsURL string, args ...
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port), next(), cancel, result
+	authLine = next()
+	return "http://" + net.JoinHostPort(host, port), authLine, next(), cancel, result
 }

@@ -30,20 +30,21 @@ func TestTenantSnapshotHoldsOnlyTheTenant(t *testing.T) {
 	t.Parallel()
 	src := &fakeStatus{rows: threeTenants}
 	p95 := 0.5
-	d, err := New(Deps{Status: src, Dests: fixedDests{{Dest: "postgres", EventsPerSecond: 100, P95Seconds: &p95}}}, &Config{TopK: 1})
+	d, err := New(Deps{Status: src, Dests: fixedDests{{Dest: "postgres", EventsPerSecond: 100, P95Seconds: &p95}}}, &Config{PageSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	all, ok := d.Snapshot(ctx)
-	if !ok || all.Tenants != 3 || all.Other == nil || !all.Throughput || all.Tenant != "" {
+	all, ok := d.Snapshot(ctx, Query{})
+	if !ok || all.Tenants != 3 || all.Pages != 3 || all.MaxBacklog != 50 || !all.Throughput || all.Tenant != "" {
 		t.Fatalf("admin's snapshot %+v", all)
 	}
-	snap, ok := d.TenantSnapshot(ctx, "acme")
+	snap, ok := d.TenantSnapshot(ctx, "acme", Query{Page: 2})
 	if !ok {
 		t.Fatalf("acme's snapshot failed: %+v", snap)
 	}
 	want := Snapshot{GeneratedAt: all.GeneratedAt, RefreshMillis: all.RefreshMillis, Tenant: "acme", Tenants: 1,
+		Matched: 1, Page: 1, Pages: 1, PageSize: 1, MaxBacklog: 3,
 		Rows: []TenantRow{tenantRow(threeTenants[1]), tenantRow(threeTenants[0])},
 		Dests: []DestRow{
 			{Dest: "clickhouse", Tenants: 1, Limit: 1},
@@ -59,7 +60,7 @@ func TestTenantSnapshotHoldsOnlyTheTenant(t *testing.T) {
 			t.Errorf("acme's snapshot names %s: %s", other, gotJSON)
 		}
 	}
-	if snap, ok := d.TenantSnapshot(ctx, "nobody"); !ok || len(snap.Rows) != 0 || len(snap.Dests) != 0 || snap.Tenants != 0 {
+	if snap, ok := d.TenantSnapshot(ctx, "nobody", Query{}); !ok || len(snap.Rows) != 0 || len(snap.Dests) != 0 || snap.Tenants != 0 {
 		t.Errorf("a tenant without rows: %+v", snap)
 	}
 	if n := src.calls.Load(); n != 1 {
@@ -75,10 +76,10 @@ func TestTenantSnapshotHidesTheCauseOfAFailedRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if all, ok := d.Snapshot(ctx); ok || !strings.Contains(all.Error, "globex") {
+	if all, ok := d.Snapshot(ctx, Query{}); ok || !strings.Contains(all.Error, "globex") {
 		t.Errorf("admin's snapshot %+v", all)
 	}
-	snap, ok := d.TenantSnapshot(ctx, "acme")
+	snap, ok := d.TenantSnapshot(ctx, "acme", Query{})
 	if ok || snap.Error == "" || strings.Contains(snap.Error, "globex") || snap.Tenant != "acme" {
 		t.Errorf("acme's snapshot %+v", snap)
 	}

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fairwayhq/fairway/internal/dashboard"
 	"github.com/fairwayhq/fairway/internal/dispatch"
@@ -109,10 +113,25 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 
-	// clickhouse: the real dispatcher and sink runner, metrics on reg, read
-	// by the sampler as the dashboard would in the demo.
+	// clickhouse: the real dispatcher and sink runner, metrics on reg,
+	// served at /metrics as cmd/sinks serves them and scraped by the
+	// sampler as `fairway serve --sink-metrics` does.
 	reg := prometheus.NewRegistry()
-	sampler, err := dashboard.NewSampler(reg, &dashboard.SamplerConfig{Interval: 100 * time.Millisecond, Window: time.Minute, Summary: time.Minute})
+	metricsSrv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer metricsSrv.Close()
+	scrape, err := dashboard.Scrape(metricsSrv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second sinks process that does not answer: the page names it.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	down, err := dashboard.Scrape(gone.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampler, err := dashboard.NewSampler(&dashboard.SamplerConfig{Interval: 100 * time.Millisecond, Window: time.Minute, Summary: time.Minute,
+		Timeout: time.Second}, scrape, down)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,11 +210,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		row  string
 		want []string
 	}{
-		{`<tr data-tenant="acme" data-dest="postgres">`, []string{`<span class="value">3</span>`, `<span class="value">1/1</span>`, "at slot limit", `<td class="num dead">2</td>`}},
+		{`<tr data-tenant="acme" data-dest="postgres">`, []string{`<span class="value">3</span>`, `<span class="value">1/1</span>`,
+			`<div class="bar full">`, `<span class="reason reason-at-slot-limit">at slot limit</span>`, `<td class="num dead alarm">2</td>`}},
 		{`<tr data-tenant="acme" data-dest="clickhouse">`, []string{`<span class="value">0</span>`, "idle"}},
-		{`<tr data-tenant="globex" data-dest="postgres">`, []string{`<span class="value">2</span>`, `<span class="value">0/1</span>`, "dispatching"}},
+		{`<tr data-tenant="globex" data-dest="postgres">`, []string{`<span class="value">2</span>`, `<span class="value">0/1</span>`,
+			`<div class="bar">`, "dispatching", `<td class="num dead">0</td>`}},
 		{`<tr data-tenant="initech" data-dest="postgres">`, []string{`<span class="value">1</span>`, "paused"}},
-		{`<tr data-dest="postgres">`, []string{`<td class="num backlog">6</td>`, `<td class="num dead">2</td>`, "no data"}},
+		{`<tr data-dest="postgres">`, []string{`<td class="num backlog">6</td>`, `<td class="num dead alarm">2</td>`, "no data"}},
 	} {
 		row := tableRow(dom, c.row)
 		if row == "" {
@@ -217,6 +238,63 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if !strings.Contains(dom, "3 in all") {
 		t.Errorf("tenant count missing:\n%s", dom)
+	}
+	// Backlog bars: a log scale up to at least 1,000, so small backlogs
+	// are slivers; the number is written next to each.
+	widths := map[string]float64{}
+	for _, m := range backlogBar.FindAllStringSubmatch(dom, -1) {
+		w, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		widths[m[1]] = w
+	}
+	if w := widths["3"]; w <= 0 || w > 25 || widths["1"] <= 0 || widths["1"] >= w || widths["0"] != 0 {
+		t.Errorf("backlog bar widths %v (%% by backlog), want 0 < width(1) < width(3) <= 25", widths)
+	}
+	// The sinks process that does not answer is named under the
+	// destinations; the pager is hidden for one page.
+	if note := regexp.MustCompile(`<p id="metrics-note" class="note">([^<]*)</p>`).FindStringSubmatch(dom); note == nil ||
+		!strings.Contains(note[1], "1 of 2 not answering: "+gone.URL+"/metrics") {
+		t.Errorf("no note naming the sinks process that does not answer:\n%s", dom)
+	}
+	if !strings.Contains(dom, `<nav id="pager" aria-label="Tenant pages" hidden="">`) {
+		t.Errorf("a pager for one page:\n%s", dom)
+	}
+
+	// One tenant to a page, without sink metrics: the address picks the
+	// page and the filter, as the pager and the filter box set it.
+	paged, err := dashboard.New(dashboard.Deps{Status: src}, &dashboard.Config{Refresh: 500 * time.Millisecond, PageSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pagedSrv := httptest.NewServer(paged)
+	defer pagedSrv.Close()
+	if png := os.Getenv("FAIRWAY_UI_SCREENSHOT"); png != "" {
+		screenshot(t, ctx, chromium, pagedSrv.URL+dashboard.Path+"/?page=2", strings.TrimSuffix(png, ".png")+"-paged.png")
+	}
+	for _, c := range []struct {
+		query, tenant string
+		texts         []string
+	}{
+		{"", "acme", []string{"3 in all, 1–1 listed, the most backlog first", "page 1 of 3", `<button id="prev" type="button" disabled="">`, "--sink-metrics"}},
+		{"?page=2", "globex", []string{"3 in all, 2–2 listed", "page 2 of 3", `<button id="next" type="button">`}},
+		{"?page=9", "initech", []string{"page 3 of 3", `<button id="next" type="button" disabled="">`}},
+		{"?filter=GLO", "globex", []string{"1 of 3 match"}},
+	} {
+		dom := dumpDOM(t, ctx, chromium, pagedSrv.URL+dashboard.Path+"/"+c.query)
+		var tenants []string
+		for _, m := range regexp.MustCompile(`<tr data-tenant="([a-z]+)"`).FindAllStringSubmatch(dom, -1) {
+			tenants = append(tenants, m[1])
+		}
+		if uniq := slices.Compact(slices.Clone(tenants)); len(uniq) != 1 || uniq[0] != c.tenant {
+			t.Errorf("%s: tenants %v, want %s alone:\n%s", c.query, tenants, c.tenant, dom)
+		}
+		for _, want := range c.texts {
+			if !strings.Contains(dom, want) {
+				t.Errorf("%s: the page lacks %q:\n%s", c.query, want, dom)
+			}
+		}
 	}
 	if !regexp.MustCompile(`<form id="login" hidden`).MatchString(dom) {
 		t.Errorf("an open dashboard shows the token form:\n%s", dom)
@@ -283,6 +361,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 }
+
+// backlogBar matches a backlog cell: the number, then its bar's width in %.
+var backlogBar = regexp.MustCompile(`<td class="backlog"><div class="cell"><span class="value">([\d,]+)</span><div class="bar"[^>]*><i style="width: ([\d.]+)%;">`)
 
 // tableRow returns the <tr> of dom that opens with openTag, through its
 // </tr>, or "".

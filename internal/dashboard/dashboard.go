@@ -18,10 +18,11 @@ import (
 
 // Defaults and bounds for Config.
 const (
-	TopKDefault    = 50
-	RefreshDefault = 2 * time.Second
-	RefreshMin     = 200 * time.Millisecond
-	TimeoutDefault = 10 * time.Second
+	PageSizeDefault = 50
+	PageSizeMax     = 1000
+	RefreshDefault  = 2 * time.Second
+	RefreshMin      = 200 * time.Millisecond
+	TimeoutDefault  = 10 * time.Second
 )
 
 // Path is where Dashboard serves the page; mount it with
@@ -37,6 +38,9 @@ type StatusSource interface {
 // DestSource gives per-destination throughput and latency; *Sampler is one.
 type DestSource interface {
 	DestStats() []DestStats
+	// Sources says how the last read of each place the figures come from
+	// went.
+	Sources() []SourceState
 }
 
 // Deps are what the dashboard reads.
@@ -56,12 +60,13 @@ type Deps struct {
 
 // Config configures a Dashboard. The zero value is valid.
 type Config struct {
-	// TopK is how many tenants, those with the most backlog, are listed one
-	// by one; the others are summed in one "other" row. Default 50.
-	TopK int
+	// PageSize is the most tenants one page lists (GET /ui/api/status
+	// answers one page at a time). Default 50, at most 1000.
+	PageSize int
 
-	// Refresh is how often the page polls, and the shortest time between
-	// two reads of the status source: concurrent viewers share one read.
+	// Refresh is how often the page polls, and the shortest time from the
+	// end of one read of the status source to the start of the next:
+	// concurrent viewers, and every page and filter, share one read.
 	// Default 2s, at least 200ms.
 	Refresh time.Duration
 
@@ -82,7 +87,7 @@ func (c *Config) WithDefaults() *Config {
 	if c != nil {
 		out = *c
 	}
-	out.TopK = cmp.Or(out.TopK, TopKDefault)
+	out.PageSize = cmp.Or(out.PageSize, PageSizeDefault)
 	out.Refresh = cmp.Or(out.Refresh, RefreshDefault)
 	out.Timeout = cmp.Or(out.Timeout, TimeoutDefault)
 	if out.Logger == nil {
@@ -96,8 +101,8 @@ func (c *Config) WithDefaults() *Config {
 
 func (c *Config) validate() error {
 	switch {
-	case c.TopK < 1:
-		return fmt.Errorf("%w: TopK %d, want at least 1", ErrConfig, c.TopK)
+	case c.PageSize < 1 || c.PageSize > PageSizeMax:
+		return fmt.Errorf("%w: PageSize %d, want 1..%d", ErrConfig, c.PageSize, PageSizeMax)
 	case c.Refresh < RefreshMin:
 		return fmt.Errorf("%w: Refresh %s, want at least %s", ErrConfig, c.Refresh, RefreshMin)
 	case c.Timeout <= 0:
@@ -123,13 +128,15 @@ type Dashboard struct {
 }
 
 // statusRead is one read of the sources, shared by the viewers of one
-// Refresh, and the every-tenant Snapshot built from it.
+// Refresh: the rows, ranked, and what every admin's Snapshot of it has
+// whatever the page (base).
 type statusRead struct {
-	at    time.Time
-	rows  []status.Row
-	err   error
-	all   Snapshot
-	valid bool
+	at      time.Time
+	rows    []status.Row
+	ranking ranking
+	err     error
+	base    Snapshot
+	valid   bool
 }
 
 // New returns a Dashboard reading deps.
@@ -175,22 +182,29 @@ func (d *Dashboard) serveStatus(w http.ResponseWriter, r *http.Request) {
 		snap Snapshot
 		ok   bool
 	)
-	if d.tokens == nil {
-		snap, ok = d.Snapshot(r.Context())
-	} else {
+	tenant := ""
+	if d.tokens != nil {
 		p, fail := bearer.Authenticate(w, r, d.tokens)
-		switch {
-		case fail != nil:
+		if fail != nil {
 			if fail.Err != nil {
 				d.cfg.Logger.Warn("dashboard: verify token", "err", fail.Err)
 			}
 			writeJSON(w, fail.Status, apiError{Error: fail.Message, Code: fail.Code})
 			return
-		case p.Admin:
-			snap, ok = d.Snapshot(r.Context())
-		default:
-			snap, ok = d.TenantSnapshot(r.Context(), p.Tenant)
 		}
+		if !p.Admin {
+			tenant = p.Tenant
+		}
+	}
+	q, err := ParseQuery(r.URL.Query())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error(), Code: "invalid_query"})
+		return
+	}
+	if tenant == "" {
+		snap, ok = d.Snapshot(r.Context(), q)
+	} else {
+		snap, ok = d.TenantSnapshot(r.Context(), tenant, q)
 	}
 	status := http.StatusOK
 	if !ok {
@@ -211,12 +225,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Snapshot returns what the page shows an admin: every tenant, read at
-// most once per Refresh. ok is false when the status source failed;
+// Snapshot returns what the page shows an admin: every destination and
+// the page of tenants q asks for, from a read of the sources made at most
+// once per Refresh. ok is false when the status source failed;
 // Snapshot.Error says why.
-func (d *Dashboard) Snapshot(ctx context.Context) (snap Snapshot, ok bool) {
+func (d *Dashboard) Snapshot(ctx context.Context, q Query) (snap Snapshot, ok bool) {
 	rd := d.read(ctx)
-	return rd.all, rd.err == nil
+	snap = rd.base
+	if rd.err != nil {
+		return snap, false
+	}
+	rd.ranking.page(&snap, q, d.cfg.PageSize)
+	return snap, true
 }
 
 // TenantSnapshot returns what the page shows tenant's token: the tenant's
@@ -225,11 +245,12 @@ func (d *Dashboard) Snapshot(ctx context.Context) (snap Snapshot, ok bool) {
 // events, are left out, and a failed read says only that it failed (the
 // cause may name other tenants; the server logs it). It shares the read of
 // the sources with every other viewer.
-func (d *Dashboard) TenantSnapshot(ctx context.Context, tenant string) (snap Snapshot, ok bool) {
+func (d *Dashboard) TenantSnapshot(ctx context.Context, tenant string, q Query) (snap Snapshot, ok bool) {
 	rd := d.read(ctx)
+	snap = Snapshot{GeneratedAt: rd.base.GeneratedAt, RefreshMillis: rd.base.RefreshMillis, Tenant: tenant}
 	if rd.err != nil {
-		return Snapshot{GeneratedAt: rd.all.GeneratedAt, RefreshMillis: rd.all.RefreshMillis, Tenant: tenant,
-			Error: "status unavailable; the server's log says why"}, false
+		snap.Error = "status unavailable; the server's log says why"
+		return snap, false
 	}
 	var own []status.Row
 	for _, r := range rd.rows {
@@ -237,8 +258,9 @@ func (d *Dashboard) TenantSnapshot(ctx context.Context, tenant string) (snap Sna
 			own = append(own, r)
 		}
 	}
-	snap = buildSnapshot(own, nil, false, d.cfg.TopK)
-	snap.GeneratedAt, snap.RefreshMillis, snap.Tenant = rd.all.GeneratedAt, rd.all.RefreshMillis, tenant
+	rk := rank(own)
+	snap.Dests = rk.destRows(nil)
+	rk.page(&snap, q, d.cfg.PageSize)
 	return snap, true
 }
 
@@ -254,18 +276,23 @@ func (d *Dashboard) read(ctx context.Context) statusRead {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Timeout)
 	defer cancel()
 	rows, err := d.status.Rows(ctx, "")
-	var dests []DestStats
-	if d.dests != nil {
-		dests = d.dests.DestStats()
-	}
-	snap := buildSnapshot(rows, dests, d.dests != nil, d.cfg.TopK)
-	snap.GeneratedAt = now
-	snap.RefreshMillis = d.cfg.Refresh.Milliseconds()
+	// Refresh counts from the end of the read: with many tenants a read
+	// takes a while, and pages and filters asked for meanwhile use it.
+	rd := statusRead{at: d.cfg.Now(), err: err, valid: true,
+		base: Snapshot{GeneratedAt: now, RefreshMillis: d.cfg.Refresh.Milliseconds(), Throughput: d.dests != nil}}
 	if err != nil {
 		d.cfg.Logger.Warn("dashboard: read status", "err", err)
-		snap = Snapshot{GeneratedAt: now, RefreshMillis: snap.RefreshMillis, Error: "read status: " + err.Error()}
-		rows = nil
+		rd.base.Error = "read status: " + err.Error()
+		d.last = rd
+		return rd
 	}
-	d.last = statusRead{at: now, rows: rows, err: err, all: snap, valid: true}
-	return d.last
+	rd.rows, rd.ranking = rows, rank(rows)
+	var stats []DestStats
+	if d.dests != nil {
+		stats = d.dests.DestStats()
+		rd.base.MetricsSources = d.dests.Sources()
+	}
+	rd.base.Dests = rd.ranking.destRows(stats)
+	d.last = rd
+	return rd
 }

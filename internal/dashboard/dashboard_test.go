@@ -17,19 +17,26 @@ import (
 )
 
 type fakeStatus struct {
-	rows  []status.Row
-	err   error
-	calls atomic.Int32
+	rows   []status.Row
+	err    error
+	calls  atomic.Int32
+	during func() // called inside every read
 }
 
 func (f *fakeStatus) Rows(context.Context, string) ([]status.Row, error) {
 	f.calls.Add(1)
+	if f.during != nil {
+		f.during()
+	}
 	return f.rows, f.err
 }
 
 type fixedDests []DestStats
 
 func (f fixedDests) DestStats() []DestStats { return f }
+func (f fixedDests) Sources() []SourceState {
+	return []SourceState{{Source: "http://127.0.0.1:9102/metrics", Error: "connection refused"}}
+}
 
 func setup(t *testing.T, deps Deps, cfg *Config) *httptest.Server {
 	t.Helper()
@@ -79,7 +86,7 @@ func TestServesPageAndFiles(t *testing.T) {
 	}
 }
 
-func TestSnapshotTopKAndOther(t *testing.T) {
+func TestSnapshotPagesAndFilter(t *testing.T) {
 	t.Parallel()
 	var rows []status.Row
 	// t00..t09: backlog 0..9 on postgres; t05 also on clickhouse with 100.
@@ -90,27 +97,49 @@ func TestSnapshotTopKAndOther(t *testing.T) {
 	rows = append(rows, status.Row{Tenant: "t05", Dest: "clickhouse", Backlog: 100, Limit: 1, Reason: status.ReasonDispatching})
 	p95 := 0.25
 	dests := fixedDests{{Dest: "postgres", EventsPerSecond: 12.5, P95Seconds: &p95}, {Dest: "b2b:acme", EventsPerSecond: 1}}
-	srv := setup(t, Deps{Status: &fakeStatus{rows: rows}, Dests: dests}, &Config{TopK: 3})
+	srv := setup(t, Deps{Status: &fakeStatus{rows: rows}, Dests: dests}, &Config{PageSize: 3})
 
-	_, body := get(t, srv.URL+"/ui/api/status")
-	var snap Snapshot
-	if err := json.Unmarshal([]byte(body), &snap); err != nil {
-		t.Fatal(err)
+	snapshot := func(query string) Snapshot {
+		t.Helper()
+		res, body := get(t, srv.URL+"/ui/api/status"+query)
+		var snap Snapshot
+		if err := json.Unmarshal([]byte(body), &snap); err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v %s", query, res.StatusCode, err, body)
+		}
+		return snap
 	}
-	var got []string
-	for _, r := range snap.Rows {
-		got = append(got, r.Tenant+"/"+r.Dest)
+	pairs := func(snap Snapshot) string {
+		var got []string
+		for _, r := range snap.Rows {
+			got = append(got, r.Tenant+"/"+r.Dest)
+		}
+		return strings.Join(got, " ")
 	}
-	if want := "t05/clickhouse t05/postgres t09/postgres t08/postgres"; strings.Join(got, " ") != want {
-		t.Errorf("rows %v, want %s", got, want)
+	for _, tc := range []struct {
+		query, pairs         string
+		matched, page, pages int
+	}{
+		{"", "t05/clickhouse t05/postgres t09/postgres t08/postgres", 10, 1, 4},
+		{"?page=2", "t07/postgres t06/postgres t04/postgres", 10, 2, 4},
+		{"?page=4", "t00/postgres", 10, 4, 4},
+		{"?page=99", "t00/postgres", 10, 4, 4}, // past the last: the last
+		{"?filter=T0", "t05/clickhouse t05/postgres t09/postgres t08/postgres", 10, 1, 4},
+		{"?filter=7", "t07/postgres", 1, 1, 1},
+		{"?filter=nobody&page=3", "", 0, 1, 1},
+	} {
+		snap := snapshot(tc.query)
+		if got := pairs(snap); got != tc.pairs || snap.Matched != tc.matched || snap.Page != tc.page || snap.Pages != tc.pages ||
+			snap.Tenants != 10 || snap.PageSize != 3 || snap.MaxBacklog != 100 {
+			t.Errorf("GET %s: rows %q, %d matched, page %d of %d, %d tenants, page size %d, max backlog %d; want %q, %d, %d of %d",
+				tc.query, got, snap.Matched, snap.Page, snap.Pages, snap.Tenants, snap.PageSize, snap.MaxBacklog, tc.pairs, tc.matched, tc.page, tc.pages)
+		}
 	}
-	want := OtherRow{Tenants: 7, Pairs: 7, Backlog: 0 + 1 + 2 + 3 + 4 + 6 + 7, OldestAgeSeconds: 7, InUse: 7, Limit: 14, DeadLetters: 7}
-	if snap.Tenants != 10 || snap.Other == nil || *snap.Other != want {
-		t.Errorf("tenants %d, other %+v, want %+v", snap.Tenants, snap.Other, want)
+
+	snap := snapshot("?filter=t09")
+	if !snap.Throughput || len(snap.Dests) != 3 || len(snap.MetricsSources) != 1 || snap.MetricsSources[0].Error != "connection refused" {
+		t.Fatalf("dests %+v, metrics sources %+v", snap.Dests, snap.MetricsSources)
 	}
-	if !snap.Throughput || len(snap.Dests) != 3 {
-		t.Fatalf("dests %+v", snap.Dests)
-	}
+	// Destination totals are every tenant's, whatever the filter and page.
 	b2b, ch, pg := snap.Dests[0], snap.Dests[1], snap.Dests[2]
 	if b2b.Dest != "b2b:acme" || b2b.Stats == nil || b2b.Tenants != 0 {
 		t.Errorf("b2b %+v", b2b)
@@ -124,6 +153,28 @@ func TestSnapshotTopKAndOther(t *testing.T) {
 	}
 }
 
+func TestStatusAPIRefusesABadQuery(t *testing.T) {
+	t.Parallel()
+	src := &fakeStatus{rows: []status.Row{{Tenant: "acme", Dest: "postgres"}}}
+	srv := setup(t, Deps{Status: src}, nil)
+	for query, want := range map[string]string{
+		"?page=0":                            "page \"0\": want a number from 1",
+		"?page=two":                          "page \"two\"",
+		"?filter=a%20b":                      "tenant ids hold only a-z, 0-9, - and _",
+		"?filter=" + strings.Repeat("a", 64): "at most 63",
+	} {
+		res, body := get(t, srv.URL+"/ui/api/status"+query)
+		var e apiError
+		_ = json.Unmarshal([]byte(body), &e)
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(e.Error, want) || e.Code != "invalid_query" {
+			t.Errorf("GET %s: %d %s, want 400 saying %q", query, res.StatusCode, body, want)
+		}
+	}
+	if n := src.calls.Load(); n != 0 {
+		t.Errorf("a refused query read the status %d times", n)
+	}
+}
+
 func TestSnapshotIsSharedAndErrorsAreServed(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{t: time.Unix(1e9, 0)}
@@ -134,7 +185,7 @@ func TestSnapshotIsSharedAndErrorsAreServed(t *testing.T) {
 	}
 	ctx := context.Background()
 	for range 3 {
-		if snap, ok := d.Snapshot(ctx); !ok || len(snap.Rows) != 1 || snap.Throughput || snap.RefreshMillis != 1000 {
+		if snap, ok := d.Snapshot(ctx, Query{}); !ok || len(snap.Rows) != 1 || snap.Throughput || snap.RefreshMillis != 1000 {
 			t.Fatalf("snapshot %+v %v", snap, ok)
 		}
 	}
@@ -143,7 +194,7 @@ func TestSnapshotIsSharedAndErrorsAreServed(t *testing.T) {
 	}
 	clock.advance(time.Second)
 	src.err = errors.New("nats: timeout")
-	snap, ok := d.Snapshot(ctx)
+	snap, ok := d.Snapshot(ctx, Query{})
 	if ok || !strings.Contains(snap.Error, "nats: timeout") || src.calls.Load() != 2 {
 		t.Errorf("failed read: %+v %v after %d reads", snap, ok, src.calls.Load())
 	}
@@ -155,12 +206,40 @@ func TestSnapshotIsSharedAndErrorsAreServed(t *testing.T) {
 	}
 }
 
+// TestSlowReadsAreShared: a read of many tenants' status takes a while;
+// Refresh counts from its end, so the pages and filters asked for right
+// after it use it instead of each starting a read of their own.
+func TestSlowReadsAreShared(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	src := &fakeStatus{rows: []status.Row{{Tenant: "acme", Dest: "postgres"}, {Tenant: "globex", Dest: "postgres"}},
+		during: func() { clock.advance(3 * time.Second) }}
+	d, err := New(Deps{Status: src}, &Config{Refresh: 2 * time.Second, PageSize: 1, Now: clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, q := range []Query{{}, {Page: 2}, {Filter: "glo"}} {
+		if _, ok := d.Snapshot(ctx, q); !ok {
+			t.Fatal("read failed")
+		}
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Errorf("%d reads taking 3 s each for three pages within the 2 s refresh after the first, want 1", n)
+	}
+	clock.advance(2 * time.Second)
+	d.Snapshot(ctx, Query{})
+	if n := src.calls.Load(); n != 2 {
+		t.Errorf("%d reads after a refresh, want 2", n)
+	}
+}
+
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	if _, err := New(Deps{}, nil); !errors.Is(err, ErrConfig) {
 		t.Errorf("no status: %v", err)
 	}
-	for _, c := range []Config{{TopK: -1}, {Refresh: time.Millisecond}, {Timeout: -time.Second}} {
+	for _, c := range []Config{{PageSize: -1}, {PageSize: PageSizeMax + 1}, {Refresh: time.Millisecond}, {Timeout: -time.Second}} {
 		if _, err := New(Deps{Status: &fakeStatus{}}, &c); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: %v", c, err)
 		}

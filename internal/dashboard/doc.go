@@ -6,18 +6,26 @@
 //
 // The page is plain HTML, CSS and JavaScript embedded in the binary: no
 // front-end build step. It polls GET /ui/api/status, a JSON Snapshot, every
-// Config.Refresh. Viewers share one read of the status source per Refresh,
-// and only the Config.TopK tenants with the most backlog are listed one by
-// one; the rest are summed in an "other" row, so ten thousand tenants do
-// not make a ten-thousand-row page.
+// Config.Refresh. Viewers share one read of the status source per Refresh;
+// each answer holds one page of tenants (Config.PageSize, the most backlog
+// first), filtered by a part of the tenant id when asked (Query), so ten
+// thousand tenants never make a ten-thousand-row answer. The page keeps
+// the page number and filter in its address.
+//
+// The page draws backlog on a log scale shared by every page, so a backlog
+// of 1 is a sliver; every slot in use ("at slot limit") in a calm colour,
+// as it is how a busy tenant is held to its share; and the real problems
+// in red: dead letters, an open partner circuit, a stream reset.
 //
 // Throughput and latency come from a Sampler: it reads the sink runners'
 // Prometheus metrics (fairway_sink_applied_events_total and
-// fairway_sink_end_to_end_seconds, labelled by dest) from a
-// prometheus.Gatherer every few seconds and keeps a ring of samples, so it
-// needs no per-tenant labels and no Prometheus server. It works wherever the
-// sinks run in the same process (`fairway demo`); elsewhere the page says
-// "no data" for them.
+// fairway_sink_end_to_end_seconds, labelled by dest) every few seconds
+// from MetricsSources and keeps a ring of samples, so it needs no
+// per-tenant labels and no Prometheus server. A source is the /metrics URL
+// of a sinks process (Scrape; `fairway serve --sink-metrics`), or the
+// registry of this process (Registry; `fairway demo`); several sinks
+// processes of one destination add up. Without a Sampler the page says
+// "no data" for them and how to get them.
 //
 // With Deps.Tokens set, GET /ui/api/status asks for a fairway API token
 // (Authorization: Bearer, checked on every request through

@@ -2,5 +2,10 @@ package dashboard
 
 import "errors"
 
-// ErrConfig marks an invalid Config, SamplerConfig or missing dependency.
-var ErrConfig = errors.New("dashboard: invalid configuration")
+var (
+	// ErrConfig marks an invalid Config, SamplerConfig, metrics URL or
+	// missing dependency.
+	ErrConfig = errors.New("dashboard: invalid configuration")
+	// ErrQuery marks invalid parameters of GET /ui/api/status (ParseQuery).
+	ErrQuery = errors.New("invalid query")
+)

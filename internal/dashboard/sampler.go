@@ -3,6 +3,7 @@ package dashboard
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -10,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The sink runner metrics the Sampler reads (internal/sink/runner).
@@ -26,6 +27,7 @@ const (
 	SampleIntervalMin     = 100 * time.Millisecond
 	WindowDefault         = 10 * time.Minute
 	SummaryDefault        = time.Minute
+	SampleTimeoutMax      = 5 * time.Second // the longest default Timeout
 )
 
 // SamplerConfig configures a Sampler. The zero value is valid.
@@ -42,7 +44,10 @@ type SamplerConfig struct {
 	// most Window.
 	Summary time.Duration
 
-	// Logger logs failed gathers. Default: discard.
+	// Timeout bounds the read of one source. Default Interval, at most 5s.
+	Timeout time.Duration
+
+	// Logger logs sources that fail and answer again. Default: discard.
 	Logger *slog.Logger
 
 	// Now is the clock. Default time.Now.
@@ -59,6 +64,7 @@ func (c *SamplerConfig) WithDefaults() *SamplerConfig {
 	out.Interval = cmp.Or(out.Interval, SampleIntervalDefault)
 	out.Window = cmp.Or(out.Window, WindowDefault)
 	out.Summary = cmp.Or(out.Summary, min(SummaryDefault, out.Window))
+	out.Timeout = cmp.Or(out.Timeout, min(out.Interval, SampleTimeoutMax))
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -76,6 +82,8 @@ func (c *SamplerConfig) validate() error {
 		return fmt.Errorf("%w: sampler Window %s, want at least two intervals (%s)", ErrConfig, c.Window, 2*c.Interval)
 	case c.Summary <= 0 || c.Summary > c.Window:
 		return fmt.Errorf("%w: sampler Summary %s, want more than 0 and at most Window %s", ErrConfig, c.Summary, c.Window)
+	case c.Timeout <= 0:
+		return fmt.Errorf("%w: sampler Timeout %s, want more than 0", ErrConfig, c.Timeout)
 	}
 	return nil
 }
@@ -107,22 +115,41 @@ type Point struct {
 	P95Seconds      *float64  `json:"p95_seconds"` // nil: nothing applied
 }
 
-// Sampler keeps a ring of samples of the sink metrics in a Gatherer and
-// turns their differences into per-destination rates and latency
-// percentiles. Create it with NewSampler; Run samples every Interval, or
-// call Sample. It is safe for concurrent use.
+// Sampler keeps a ring of samples of the sink runners' metrics, read from
+// one or more MetricsSources, and turns their differences into
+// per-destination rates and latency percentiles: several sinks processes
+// of one destination add up. Create it with NewSampler; Run samples every
+// Interval, or call Sample. It is safe for concurrent use.
 type Sampler struct {
-	cfg *SamplerConfig
-	g   prometheus.Gatherer
+	cfg     *SamplerConfig
+	sources []MetricsSource
 
 	mu      sync.Mutex
-	samples []sample // oldest first, spanning at most Window
+	samples []sample      // oldest first, spanning at most Window
+	states  []SourceState // per source, how its last read went
 }
 
 var _ DestSource = (*Sampler)(nil)
 
+// SourceState is how the last read of one metrics source went.
+type SourceState struct {
+	Source string `json:"source"`
+	// Error is the last read's failure; "" when it answered.
+	Error string `json:"error,omitempty"`
+	// LastOK is when it last answered; zero if never.
+	LastOK time.Time `json:"last_ok,omitzero"`
+}
+
 type sample struct {
-	at    time.Time
+	at      time.Time
+	sources []sourceSample // as Sampler.sources
+}
+
+// sourceSample is one source's cumulative values at a sample.
+type sourceSample struct {
+	// read is false until the source first answered; such a sample is no
+	// base for a difference. A failed read carries the previous values.
+	read  bool
 	dests map[string]destSample
 }
 
@@ -133,27 +160,47 @@ type destSample struct {
 	cum     []float64 // cumulative counts per bound, then the total (+Inf)
 }
 
-// NewSampler returns a Sampler reading g (the registry the sink runners
-// register on).
-func NewSampler(g prometheus.Gatherer, cfg *SamplerConfig) (*Sampler, error) {
-	if g == nil {
-		return nil, fmt.Errorf("%w: sampler needs a Gatherer", ErrConfig)
+// NewSampler returns a Sampler reading sources.
+func NewSampler(cfg *SamplerConfig, sources ...MetricsSource) (*Sampler, error) {
+	if len(sources) == 0 {
+		return nil, fmt.Errorf("%w: sampler needs a metrics source", ErrConfig)
+	}
+	for _, src := range sources {
+		if src == nil {
+			return nil, fmt.Errorf("%w: nil metrics source", ErrConfig)
+		}
 	}
 	c := cfg.WithDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Sampler{cfg: c, g: g}, nil
+	states := make([]SourceState, len(sources))
+	for i, src := range sources {
+		states[i] = SourceState{Source: src.Name(), Error: "not read yet"}
+	}
+	return &Sampler{cfg: c, sources: slices.Clone(sources), states: states}, nil
 }
 
 // Run samples at once and then every Interval until ctx ends; it returns
-// nil then. A failed gather is logged and skipped.
+// nil then. A failed read is logged when a source starts or stops
+// failing, and skipped.
 func (s *Sampler) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
+	failing := make([]string, len(s.sources))
 	for {
-		if err := s.Sample(); err != nil {
-			s.cfg.Logger.Warn("dashboard sampler", "err", err)
+		_ = s.Sample(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		for i, st := range s.Sources() {
+			switch {
+			case st.Error != "" && failing[i] == "":
+				s.cfg.Logger.Warn("dashboard: read sink metrics", "source", st.Source, "err", st.Error)
+			case st.Error == "" && failing[i] != "":
+				s.cfg.Logger.Info("dashboard: sink metrics answer again", "source", st.Source)
+			}
+			failing[i] = st.Error
 		}
 		select {
 		case <-ctx.Done():
@@ -163,11 +210,70 @@ func (s *Sampler) Run(ctx context.Context) error {
 	}
 }
 
-// Sample gathers the metrics once and records them at Now.
-func (s *Sampler) Sample() error {
-	mfs, err := s.g.Gather()
-	// Gather returns what it could alongside an error; use it.
-	cur := sample{at: s.cfg.Now(), dests: map[string]destSample{}}
+// Sample reads every source once, each bounded by Timeout, and records
+// them at Now. A source that fails keeps its previous values; the error
+// names every source that failed.
+func (s *Sampler) Sample(ctx context.Context) error {
+	type read struct {
+		mfs []*dto.MetricFamily
+		err error
+	}
+	reads := make([]read, len(s.sources))
+	var wg sync.WaitGroup
+	for i, src := range s.sources {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+			defer cancel()
+			reads[i].mfs, reads[i].err = src.Gather(ctx)
+		})
+	}
+	wg.Wait()
+	now := s.cfg.Now()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var prev *sample
+	if n := len(s.samples); n > 0 {
+		prev = &s.samples[n-1]
+	}
+	cur := sample{at: now, sources: make([]sourceSample, len(s.sources))}
+	var errs []error
+	for i, rd := range reads {
+		if rd.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.sources[i].Name(), rd.err))
+			s.states[i].Error = rd.err.Error()
+		} else {
+			s.states[i].Error = ""
+			s.states[i].LastOK = now
+		}
+		// A registry returns what it could alongside an error; use it.
+		// Nothing at all: keep the previous values.
+		if rd.err != nil && len(rd.mfs) == 0 {
+			if prev != nil {
+				cur.sources[i] = prev.sources[i]
+			}
+			continue
+		}
+		cur.sources[i] = sourceSample{read: true, dests: destSamples(rd.mfs)}
+	}
+	// Keep Window plus one sample before it, so a full Window of
+	// differences remains. Samples from a clock that went back are dropped.
+	s.samples = slices.DeleteFunc(s.samples, func(x sample) bool { return !x.at.Before(cur.at) })
+	s.samples = append(s.samples, cur)
+	cut := 0
+	for cut < len(s.samples)-2 && cur.at.Sub(s.samples[cut+1].at) >= s.cfg.Window {
+		cut++
+	}
+	s.samples = slices.Delete(s.samples, 0, cut)
+	if len(errs) > 0 {
+		return fmt.Errorf("read sink metrics: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// destSamples picks the sink runner series out of mfs, by destination.
+func destSamples(mfs []*dto.MetricFamily) map[string]destSample {
+	out := map[string]destSample{}
 	for _, mf := range mfs {
 		name := mf.GetName()
 		if name != AppliedMetric && name != EndToEndMetric {
@@ -183,7 +289,7 @@ func (s *Sampler) Sample() error {
 			if dest == "" {
 				continue
 			}
-			ds := cur.dests[dest]
+			ds := out[dest]
 			if name == AppliedMetric {
 				ds.applied += m.GetCounter().GetValue()
 			} else if h := m.GetHistogram(); h != nil && ds.cum == nil {
@@ -196,28 +302,22 @@ func (s *Sampler) Sample() error {
 				}
 				ds.cum = append(ds.cum, float64(h.GetSampleCount()))
 			}
-			cur.dests[dest] = ds
+			out[dest] = ds
 		}
 	}
+	return out
+}
+
+// Sources returns how the last read of each source went, in the order
+// given to NewSampler.
+func (s *Sampler) Sources() []SourceState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Keep Window plus one sample before it, so a full Window of
-	// differences remains. Samples from a clock that went back are dropped.
-	s.samples = slices.DeleteFunc(s.samples, func(x sample) bool { return !x.at.Before(cur.at) })
-	s.samples = append(s.samples, cur)
-	cut := 0
-	for cut < len(s.samples)-2 && cur.at.Sub(s.samples[cut+1].at) >= s.cfg.Window {
-		cut++
-	}
-	s.samples = slices.Delete(s.samples, 0, cut)
-	if err != nil {
-		return fmt.Errorf("gather metrics: %w", err)
-	}
-	return nil
+	return slices.Clone(s.states)
 }
 
 // DestStats returns each destination's figures, by name. A destination
-// appears once it has a metric; before two samples exist there are no
+// appears once a source exports it; before two samples exist there are no
 // figures at all.
 func (s *Sampler) DestStats() []DestStats {
 	s.mu.Lock()
@@ -235,8 +335,10 @@ func (s *Sampler) DestStats() []DestStats {
 	}
 	names := map[string]bool{}
 	for _, x := range s.samples {
-		for d := range x.dests {
-			names[d] = true
+		for _, src := range x.sources {
+			for d := range src.dests {
+				names[d] = true
+			}
 		}
 	}
 	out := make([]DestStats, 0, len(names))
@@ -262,18 +364,46 @@ func (s *Sampler) DestStats() []DestStats {
 	return out
 }
 
-// diff returns dest's events applied between samples a and b and the p95
-// of their end-to-end latency (nil if none). A destination missing from a
-// counts from zero; a counter that went down (a restarted registry) counts
-// from zero too.
+// diff returns dest's events applied between samples a and b, summed over
+// the sources, and the p95 of their end-to-end latency (nil if none).
 func diff(a, b sample, dest string) (applied float64, p95 *float64) {
+	var bounds, cum []float64
+	for i := range b.sources {
+		ap, bo, c := sourceDiff(a.sources[i], b.sources[i], dest)
+		applied += ap
+		switch {
+		case c == nil:
+		case cum == nil:
+			bounds, cum = bo, c
+		case slices.Equal(bounds, bo):
+			for j := range cum {
+				cum[j] += c[j]
+			}
+		}
+	}
+	if q, ok := quantile(0.95, bounds, cum); ok {
+		return applied, &q
+	}
+	return applied, nil
+}
+
+// sourceDiff returns what one source says about dest between samples a
+// and b: events applied and the end-to-end histogram's bounds and
+// cumulative counts of the events in between (nil if it has none). A
+// source not read by a has nothing to compare with. A destination missing
+// from a counts from zero; a counter that went down (a restarted process)
+// counts from zero too.
+func sourceDiff(a, b sourceSample, dest string) (applied float64, bounds, cum []float64) {
+	if !a.read || !b.read {
+		return 0, nil, nil
+	}
 	x, y := a.dests[dest], b.dests[dest]
 	applied = y.applied - x.applied
 	if applied < 0 {
 		applied = y.applied
 	}
 	if y.cum == nil {
-		return applied, nil
+		return applied, nil, nil
 	}
 	delta := slices.Clone(y.cum)
 	if slices.Equal(x.bounds, y.bounds) && len(x.cum) == len(y.cum) && x.cum[len(x.cum)-1] <= y.cum[len(y.cum)-1] {
@@ -281,10 +411,7 @@ func diff(a, b sample, dest string) (applied float64, p95 *float64) {
 			delta[i] -= x.cum[i]
 		}
 	}
-	if q, ok := quantile(0.95, y.bounds, delta); ok {
-		return applied, &q
-	}
-	return applied, nil
+	return applied, y.bounds, delta
 }
 
 // quantile estimates the q-quantile of a histogram as Prometheus's

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"math"
 	"testing"
@@ -56,16 +57,18 @@ func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func TestSamplerRatesAndP95(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	reg, applied, e2e := sinkMetrics(t)
 	clock := &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s, err := NewSampler(reg, &SamplerConfig{Interval: 2 * time.Second, Window: 10 * time.Second, Summary: 4 * time.Second, Now: clock.now})
+	s, err := NewSampler(&SamplerConfig{Interval: 2 * time.Second, Window: 10 * time.Second, Summary: 4 * time.Second, Now: clock.now},
+		Registry("in-process", reg))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Events applied before the sampler started are no throughput.
 	applied.WithLabelValues("postgres").Add(1000)
 	e2e.WithLabelValues("postgres").Observe(30)
-	if err := s.Sample(); err != nil {
+	if err := s.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.DestStats(); got != nil {
@@ -82,7 +85,7 @@ func TestSamplerRatesAndP95(t *testing.T) {
 		if ch > 0 { // clickhouse appears only now: it counts from zero
 			applied.WithLabelValues("clickhouse").Add(float64(ch))
 		}
-		if err := s.Sample(); err != nil {
+		if err := s.Sample(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,31 +131,36 @@ func (f failing) Collect(ch chan<- prometheus.Metric) {
 
 func TestSamplerConfig(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
+	if _, err := NewSampler(nil); !errors.Is(err, ErrConfig) {
+		t.Errorf("no source: %v", err)
+	}
 	if _, err := NewSampler(nil, nil); !errors.Is(err, ErrConfig) {
-		t.Errorf("nil gatherer: %v", err)
+		t.Errorf("nil source: %v", err)
 	}
 	for _, c := range []SamplerConfig{
 		{Interval: time.Millisecond},
 		{Interval: time.Second, Window: time.Second},
 		{Summary: time.Hour},
+		{Timeout: -time.Second},
 	} {
-		if _, err := NewSampler(prometheus.NewRegistry(), &c); !errors.Is(err, ErrConfig) {
+		if _, err := NewSampler(&c, Registry("r", prometheus.NewRegistry())); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
 	reg, applied, _ := sinkMetrics(t)
 	reg.MustRegister(failing{prometheus.NewDesc("failing", "", nil, nil)})
 	applied.WithLabelValues("postgres").Add(3)
-	s, err := NewSampler(reg, nil)
+	s, err := NewSampler(nil, Registry("r", reg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Sample(); err == nil {
+	if err := s.Sample(ctx); err == nil {
 		t.Error("a failed gather must be reported")
 	}
 	s.samples[0].at = s.samples[0].at.Add(-time.Second)
 	applied.WithLabelValues("postgres").Add(3)
-	_ = s.Sample()
+	_ = s.Sample(ctx)
 	if st := s.DestStats(); len(st) != 1 || st[0].Applied != 3 {
 		t.Errorf("what a partly failed gather returned must still count: %+v", st)
 	}

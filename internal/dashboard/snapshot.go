@@ -8,7 +8,8 @@ import (
 	"github.com/fairwayhq/fairway/internal/status"
 )
 
-// Snapshot is what GET /ui/api/status returns and the page shows.
+// Snapshot is what GET /ui/api/status returns and the page shows: one page
+// of tenants and every destination.
 type Snapshot struct {
 	GeneratedAt time.Time `json:"generated_at"`
 	// RefreshMillis is how often the page polls.
@@ -22,11 +23,24 @@ type Snapshot struct {
 
 	// Tenants is how many distinct tenants there are in all.
 	Tenants int `json:"tenants"`
-	// Rows are the (tenant, destination) rows of the TopK tenants with the
-	// most backlog, the tenant with the most first.
+	// Filter is the Query.Filter the tenants were filtered by, "" for
+	// none; Matched is how many tenants it keeps.
+	Filter  string `json:"filter,omitempty"`
+	Matched int    `json:"matched"`
+	// Page is the page served, from 1; Pages is how many there are (at
+	// least 1); PageSize is the most tenants a page has.
+	Page     int `json:"page"`
+	Pages    int `json:"pages"`
+	PageSize int `json:"page_size"`
+	// Rows are the (tenant, destination) rows of the page's tenants: the
+	// matching tenants ranked by backlog (then dead letters, slots in use,
+	// name), PageSize of them from the (Page-1)*PageSize-th, each tenant's
+	// rows by destination.
 	Rows []TenantRow `json:"rows"`
-	// Other sums the tenants beyond TopK; nil when there are none.
-	Other *OtherRow `json:"other,omitempty"`
+	// MaxBacklog is the largest backlog of one (tenant, destination) among
+	// every tenant of the view: the page scales its backlog bars to it,
+	// the same on every page and with any filter.
+	MaxBacklog uint64 `json:"max_backlog"`
 
 	// Dests has one entry per destination seen in the rows or the metrics,
 	// by name.
@@ -34,6 +48,9 @@ type Snapshot struct {
 	// Throughput is false when no DestSource is wired: every destination's
 	// throughput and latency are "no data".
 	Throughput bool `json:"throughput"`
+	// MetricsSources says how the last read of each sink metrics source
+	// went; an admin's view only (it names internal addresses).
+	MetricsSources []SourceState `json:"metrics_sources,omitempty"`
 }
 
 // TenantRow is one (tenant, destination), from status.Row.
@@ -50,17 +67,6 @@ type TenantRow struct {
 	Reason           string  `json:"reason"`
 }
 
-// OtherRow sums the rows of the tenants not listed.
-type OtherRow struct {
-	Tenants          int     `json:"tenants"`
-	Pairs            int     `json:"pairs"`
-	Backlog          uint64  `json:"backlog"`
-	OldestAgeSeconds float64 `json:"oldest_age_seconds"` // the oldest of them
-	InUse            int     `json:"in_use"`
-	Limit            int     `json:"limit"`
-	DeadLetters      uint64  `json:"dead_letters"`
-}
-
 // DestRow is one destination: totals over every tenant, and its
 // throughput and latency when known.
 type DestRow struct {
@@ -74,84 +80,107 @@ type DestRow struct {
 	Stats *DestStats `json:"stats"`
 }
 
-// buildSnapshot ranks tenants by total backlog (then dead letters, slots in
-// use, name), keeps the rows of the first topK and sums the rest.
-func buildSnapshot(rows []status.Row, dests []DestStats, throughput bool, topK int) Snapshot {
-	type tenantSum struct {
-		name          string
-		backlog, dead uint64
-		inUse         int
-	}
-	// Rows arrive ordered by tenant; do not rely on it.
-	byTenant := map[string]*tenantSum{}
-	var order []*tenantSum
-	destRows := map[string]*DestRow{}
-	for _, r := range rows {
-		t := byTenant[r.Tenant]
-		if t == nil {
-			t = &tenantSum{name: r.Tenant}
-			byTenant[r.Tenant] = t
-			order = append(order, t)
-		}
-		t.backlog += r.Backlog
-		t.dead += r.DeadLetters
-		t.inUse += r.InUse
+// ranking is one read's rows by tenant, the tenants ranked by backlog,
+// with the destination totals: what every page of that read is cut from.
+type ranking struct {
+	tenants    []rankedTenant
+	dests      map[string]*DestRow
+	maxBacklog uint64
+}
 
-		d := destRows[r.Dest]
+type rankedTenant struct {
+	name          string
+	backlog, dead uint64
+	inUse         int
+	rows          []status.Row // by destination
+}
+
+// rank groups rows by tenant and ranks the tenants by total backlog, then
+// dead letters, slots in use and name.
+func rank(rows []status.Row) ranking {
+	r := ranking{dests: map[string]*DestRow{}}
+	byTenant := map[string]int{}
+	// Rows arrive ordered by tenant; do not rely on it.
+	for _, row := range rows {
+		i, ok := byTenant[row.Tenant]
+		if !ok {
+			i = len(r.tenants)
+			byTenant[row.Tenant] = i
+			r.tenants = append(r.tenants, rankedTenant{name: row.Tenant})
+		}
+		t := &r.tenants[i]
+		t.backlog += row.Backlog
+		t.dead += row.DeadLetters
+		t.inUse += row.InUse
+		t.rows = append(t.rows, row)
+		r.maxBacklog = max(r.maxBacklog, row.Backlog)
+
+		d := r.dests[row.Dest]
 		if d == nil {
-			d = &DestRow{Dest: r.Dest}
-			destRows[r.Dest] = d
+			d = &DestRow{Dest: row.Dest}
+			r.dests[row.Dest] = d
 		}
 		d.Tenants++
-		d.Backlog += r.Backlog
-		d.InUse += r.InUse
-		d.Limit += r.Limit
-		d.DeadLetters += r.DeadLetters
+		d.Backlog += row.Backlog
+		d.InUse += row.InUse
+		d.Limit += row.Limit
+		d.DeadLetters += row.DeadLetters
 	}
-	slices.SortFunc(order, func(a, b *tenantSum) int {
+	slices.SortFunc(r.tenants, func(a, b rankedTenant) int {
 		return cmp.Or(cmp.Compare(b.backlog, a.backlog), cmp.Compare(b.dead, a.dead),
 			cmp.Compare(b.inUse, a.inUse), cmp.Compare(a.name, b.name))
 	})
-	rank := make(map[string]int, len(order))
-	for i, t := range order {
-		rank[t.name] = i
+	for _, t := range r.tenants {
+		slices.SortFunc(t.rows, func(a, b status.Row) int { return cmp.Compare(a.Dest, b.Dest) })
 	}
+	return r
+}
 
-	snap := Snapshot{Tenants: len(order), Rows: []TenantRow{}, Throughput: throughput}
-	for _, r := range rows {
-		if rank[r.Tenant] < topK {
-			snap.Rows = append(snap.Rows, tenantRow(r))
-			continue
-		}
-		if snap.Other == nil {
-			snap.Other = &OtherRow{Tenants: len(order) - topK}
-		}
-		o := snap.Other
-		o.Pairs++
-		o.Backlog += r.Backlog
-		o.OldestAgeSeconds = max(o.OldestAgeSeconds, r.OldestAge.Seconds())
-		o.InUse += r.InUse
-		o.Limit += r.Limit
-		o.DeadLetters += r.DeadLetters
+// destRows returns the destination totals with their throughput and
+// latency from stats, by name.
+func (r ranking) destRows(stats []DestStats) []DestRow {
+	byName := make(map[string]DestRow, len(r.dests)+len(stats))
+	for name, d := range r.dests {
+		byName[name] = *d
 	}
-	slices.SortStableFunc(snap.Rows, func(a, b TenantRow) int {
-		return cmp.Or(cmp.Compare(rank[a.Tenant], rank[b.Tenant]), cmp.Compare(a.Dest, b.Dest))
-	})
+	for _, s := range stats {
+		d := byName[s.Dest]
+		d.Dest, d.Stats = s.Dest, &s
+		byName[s.Dest] = d
+	}
+	out := make([]DestRow, 0, len(byName))
+	for _, d := range byName {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b DestRow) int { return cmp.Compare(a.Dest, b.Dest) })
+	return out
+}
 
-	for _, s := range dests {
-		d := destRows[s.Dest]
-		if d == nil {
-			d = &DestRow{Dest: s.Dest}
-			destRows[s.Dest] = d
+// page fills snap's tenant fields with the page q asks for.
+func (r ranking) page(snap *Snapshot, q Query, pageSize int) {
+	matched := r.tenants
+	if q.Filter != "" {
+		matched = make([]rankedTenant, 0, len(r.tenants))
+		for _, t := range r.tenants {
+			if q.matches(t.name) {
+				matched = append(matched, t)
+			}
 		}
-		d.Stats = &s
 	}
-	snap.Dests = []DestRow{}
-	for _, d := range destRows {
-		snap.Dests = append(snap.Dests, *d)
+	pages := max(1, (len(matched)+pageSize-1)/pageSize)
+	page := min(max(q.Page, 1), pages)
+	from := min((page-1)*pageSize, len(matched))
+	to := min(from+pageSize, len(matched))
+
+	snap.Tenants, snap.Filter, snap.Matched = len(r.tenants), q.Filter, len(matched)
+	snap.Page, snap.Pages, snap.PageSize = page, pages, pageSize
+	snap.MaxBacklog = r.maxBacklog
+	snap.Rows = []TenantRow{}
+	for _, t := range matched[from:to] {
+		for _, row := range t.rows {
+			snap.Rows = append(snap.Rows, tenantRow(row))
+		}
 	}
-	slices.SortFunc(snap.Dests, func(a, b DestRow) int { return cmp.Compare(a.Dest, b.Dest) })
-	return snap
 }
 
 func tenantRow(r status.Row) TenantRow {

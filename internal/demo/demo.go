@@ -23,7 +23,7 @@ type Config struct {
 	BaseURL      string        // ingest base URL (required)
 	Client       *http.Client  // default: 30 s timeout
 	Out          io.Writer     // live view and summary (required)
-	Duration     time.Duration // 0: until ctx ends, or every destination applied the import and 5 s more passed
+	Duration     time.Duration // the longest run; 0: no limit (Run says when it stops)
 	NoisyRows    int           // default 200,000
 	SmallTenants int           // default 12
 	SmallRate    float64       // events/s per small tenant, default 5
@@ -86,14 +86,18 @@ func (s *tenantStats) percentiles() (p50, p99 time.Duration, n int) {
 	return l[len(l)*50/100], l[min(len(l)-1, len(l)*99/100)], len(l)
 }
 
-// Run runs the demo until ctx ends or the configured duration passes, then
-// prints a summary.
+// Run runs the demo and prints a summary. The load runs until the noisy
+// tenant's import is stored and every destination applied it; then Run
+// waits, up to settleMax, until every destination applied every event
+// stored. Duration, when set, bounds the whole run: the load and the wait
+// stop when it passes, and the summary says what was not applied yet. ctx
+// ending (Ctrl-C) stops at once, without the wait.
 func Run(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
 	if cfg.BaseURL == "" || cfg.Out == nil || cfg.Tokens == nil {
 		return errors.New("demo: BaseURL, Out and Tokens are required")
 	}
-	parent := ctx // Ctrl-C ends it: then no waiting for the pipeline to settle
+	parent := ctx
 	var stop context.CancelFunc
 	if cfg.Duration > 0 {
 		ctx, stop = context.WithTimeout(ctx, cfg.Duration)
@@ -101,6 +105,8 @@ func Run(ctx context.Context, cfg Config) error {
 		ctx, stop = context.WithCancel(ctx)
 	}
 	defer stop()
+	load, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
 
 	noisy := &tenantStats{name: "noisy", importTotal: int64(cfg.NoisyRows), importStatus: "uploading"}
 	small := make([]*tenantStats, cfg.SmallTenants)
@@ -108,7 +114,8 @@ func Run(ctx context.Context, cfg Config) error {
 	for i := range small {
 		small[i] = &tenantStats{name: fmt.Sprintf("small-%02d", i+1)}
 	}
-	for _, s := range append([]*tenantStats{noisy}, small...) {
+	all := append([]*tenantStats{noisy}, small...)
+	for _, s := range all {
 		tok, err := cfg.Tokens(ctx, s.name)
 		if err != nil {
 			return fmt.Errorf("demo: token for %s: %w", s.name, err)
@@ -119,54 +126,39 @@ func Run(ctx context.Context, cfg Config) error {
 	start := time.Now()
 	var wg sync.WaitGroup
 	importDone := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		defer close(importDone)
-		runImport(ctx, cfg, tokens[noisy.name], noisy)
-	}()
+		runImport(load, cfg, tokens[noisy.name], noisy)
+	})
 	for _, s := range small {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runSmall(ctx, cfg, tokens[s.name], s)
-		}()
+		wg.Go(func() { runSmall(load, cfg, tokens[s.name], s) })
 	}
-	if cfg.Duration == 0 {
-		go func() {
+	// The small tenants run on while the import is stored and until every
+	// destination applied it: that is what the demo shows.
+	go func() {
+		select {
+		case <-importDone:
+		case <-load.Done():
+			return
+		}
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for !caughtUp(cfg, noisy) {
 			select {
-			case <-importDone:
-			case <-ctx.Done():
+			case <-load.Done():
 				return
+			case <-tick.C:
 			}
-			// The import is stored; let the small tenants run on until
-			// every destination applied the noisy catalog, then 5 s more.
-			tick := time.NewTicker(250 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				if caughtUp(cfg, noisy) {
-					break
-				}
-			}
-			select {
-			case <-time.After(5 * time.Second):
-				stop()
-			case <-ctx.Done():
-			}
-		}()
-	}
+		}
+		stopLoad()
+	}()
 
 	v := newView(cfg)
 	tick := time.NewTicker(cfg.Refresh)
 	defer tick.Stop()
 	for done := false; !done; {
 		select {
-		case <-ctx.Done():
+		case <-load.Done():
 			done = true
 		case <-tick.C:
 			v.draw(time.Since(start), noisy, small)
@@ -175,10 +167,22 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Wait()
 	// The load has stopped; events stored just before may still be on
 	// their way (a sink holds a caught-up tenant's last events for a
-	// moment). Wait for them, unless the user interrupted.
-	waitSettled(parent, cfg, noisy, small, settleMax)
+	// moment). Wait for them, unless the user interrupted or Duration
+	// passed.
+	settled := waitSettled(ctx, cfg, all, settleMax, func() { v.draw(time.Since(start), noisy, small) })
 	v.draw(time.Since(start), noisy, small)
-	summary(context.WithoutCancel(ctx), cfg, time.Since(start), noisy, small)
+	var why string
+	switch {
+	case parent.Err() != nil:
+		why = "interrupted"
+	case settled:
+		why = "every destination applied every event stored"
+	case ctx.Err() != nil:
+		why = fmt.Sprintf("--duration %s passed", cfg.Duration)
+	default:
+		why = fmt.Sprintf("not everything was applied %s after the load stopped", settleMax)
+	}
+	summary(context.WithoutCancel(ctx), cfg, time.Since(start), why, noisy, small)
 	return nil
 }
 
@@ -212,23 +216,29 @@ func pending(cfg Config, tenants []*tenantStats) map[string]int64 {
 	return out
 }
 
-// waitSettled waits until every destination applied every stored event,
-// ctx ends, or max passes.
-func waitSettled(ctx context.Context, cfg Config, noisy *tenantStats, small []*tenantStats, max time.Duration) {
+// waitSettled waits until every destination applied every event stored
+// by tenants, ctx ends, or max passes, calling draw now and then. It
+// reports whether everything was applied.
+func waitSettled(ctx context.Context, cfg Config, tenants []*tenantStats, max time.Duration, draw func()) bool {
 	deadline := time.NewTimer(max)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	all := append([]*tenantStats{noisy}, small...)
-	for len(pending(cfg, all)) > 0 {
+	last := time.Now()
+	for len(pending(cfg, tenants)) > 0 {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-deadline.C:
-			return
+			return false
 		case <-tick.C:
 		}
+		if time.Since(last) >= cfg.Refresh {
+			draw()
+			last = time.Now()
+		}
 	}
+	return true
 }
 
 // caughtUp reports whether every destination applied all of the noisy

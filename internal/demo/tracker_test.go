@@ -75,7 +75,9 @@ func TestWaitSettled(t *testing.T) {
 		t.Fatalf("pending = %v, want pg: 1", got)
 	}
 	start := time.Now()
-	waitSettled(t.Context(), cfg, a, nil, 50*time.Millisecond) // gives up
+	if waitSettled(t.Context(), cfg, []*tenantStats{a}, 50*time.Millisecond, func() {}) { // gives up
+		t.Error("waitSettled reported an event not applied as settled")
+	}
 	if time.Since(start) < 50*time.Millisecond {
 		t.Fatal("waitSettled returned before its limit with an event not applied")
 	}
@@ -83,14 +85,16 @@ func TestWaitSettled(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		_, _ = pg.Apply(context.Background(), []sink.Record{rec})
 	}()
-	waitSettled(t.Context(), cfg, a, nil, time.Minute) // the event arrives
+	if !waitSettled(t.Context(), cfg, []*tenantStats{a}, time.Minute, func() {}) { // the event arrives
+		t.Error("waitSettled did not report the settled event")
+	}
 	if got := pending(cfg, []*tenantStats{a}); len(got) != 0 {
 		t.Fatalf("pending after settling = %v, want none", got)
 	}
 	var out strings.Builder
 	cfg.Out = &out
-	summary(t.Context(), cfg, time.Second, &tenantStats{name: "noisy"}, []*tenantStats{{name: "b", accepted: 3}})
-	if !strings.Contains(out.String(), "3 stored events not applied yet") {
+	summary(t.Context(), cfg, time.Second, "--duration 1s passed", &tenantStats{name: "noisy"}, []*tenantStats{{name: "b", accepted: 3}})
+	if !strings.Contains(out.String(), "3 stored events not applied yet") || !strings.Contains(out.String(), "(stopped: --duration 1s passed)") {
 		t.Errorf("summary does not say what is still on its way:\n%s", out.String())
 	}
 }

@@ -68,7 +68,7 @@ func (v *view) draw(elapsed time.Duration, noisy *tenantStats, small []*tenantSt
 		fmt.Fprintf(&b, "\x1b[2K"+format+"\n", a...)
 		n++
 	}
-	line(" fairway demo — %s elapsed — Ctrl-C stops and prints a summary", elapsed.Round(time.Second))
+	line(" fairway demo — %s elapsed — stops when every destination applied everything; Ctrl-C stops now", elapsed.Round(time.Second))
 	rate := float64(done) / max(elapsed.Seconds(), 0.001)
 	line(" noisy import %s %d/%d rows stored (%.0f rows/s) %s", bar(done, total, 24), done, total, rate, status)
 	line("")
@@ -131,10 +131,11 @@ func bar(done, total int64, width int) string {
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
 }
 
-func summary(ctx context.Context, cfg Config, elapsed time.Duration, noisy *tenantStats, small []*tenantStats) {
+// summary prints what the run did; why says why it stopped.
+func summary(ctx context.Context, cfg Config, elapsed time.Duration, why string, noisy *tenantStats, small []*tenantStats) {
 	out := cfg.Out
 	noisy.mu.Lock()
-	fmt.Fprintf(out, "\nsummary after %s\n  noisy: import %s, %d of %d rows stored\n", elapsed.Round(time.Second), noisy.importStatus, noisy.importDone, noisy.importTotal)
+	fmt.Fprintf(out, "\nsummary after %s (stopped: %s)\n  noisy: import %s, %d of %d rows stored\n", elapsed.Round(time.Second), why, noisy.importStatus, noisy.importDone, noisy.importTotal)
 	noisy.mu.Unlock()
 	var all []time.Duration
 	sent, errs := 0, 0

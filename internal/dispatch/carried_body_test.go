@@ -76,11 +76,9 @@ func TestIndexBodiesAndBudget(t *testing.T) {
 }
 
 func holdsBodies(ix *seqIndex) bool {
-	for _, r := range ix.runs {
-		for _, b := range r.bodies {
-			if b != nil {
-				return true
-			}
+	for _, b := range ix.held {
+		if b != nil {
+			return true
 		}
 	}
 	return false
@@ -105,5 +103,55 @@ func TestTakeBytesBoundsBatches(t *testing.T) {
 	}
 	if ranges[0].From != 1 || ranges[len(ranges)-1].To != 7 {
 		t.Fatalf("ranges %v do not cover 1..7", ranges)
+	}
+}
+
+// Once a body does not fit, later ones are not held either, however much
+// room frees, until the refill has read the gap: the bodies held stay the
+// oldest. A body dropped below the gap's start moves the start down and
+// tells the refill's pass to restart there.
+func TestBodyBudgetGap(t *testing.T) {
+	data := make([]byte, 40)
+	cost := int64(len(data)) + bodyOverhead
+	bb := newBodyBudget(3 * cost)
+	var held []*heldBody
+	for seq := uint64(10); seq < 13; seq++ {
+		b := bb.holdAt(seq, data, events.OpUpsert, 1)
+		if b == nil {
+			t.Fatalf("seq %d not held with room for it", seq)
+		}
+		held = append(held, b)
+	}
+	if bb.holdAt(13, data, events.OpUpsert, 1) != nil {
+		t.Fatal("seq 13 held past the budget")
+	}
+	if !bb.inGap(13) || bb.inGap(12) {
+		t.Fatal("the gap does not start at 13")
+	}
+	held[0].release()
+	select {
+	case <-bb.roomy:
+	default:
+		t.Fatal("a release that freed a quarter of the budget did not tell the refill")
+	}
+	if bb.holdAt(14, data, events.OpUpsert, 1) != nil {
+		t.Fatal("seq 14 held behind the gap at 13")
+	}
+	if !bb.inGap(14) {
+		t.Fatal("the gap does not reach 14")
+	}
+	// The backfill, behind the gap, holds while there is room and moves
+	// the gap's start down when there is none.
+	if bb.holdAt(5, data, events.OpUpsert, 1) == nil {
+		t.Fatal("seq 5, before the gap, not held with room for it")
+	}
+	if bb.holdAt(6, data, events.OpUpsert, 1) != nil {
+		t.Fatal("seq 6 held past the budget")
+	}
+	bb.mu.Lock()
+	g := bb.gap
+	bb.mu.Unlock()
+	if g.from != 6 || g.to != 14 || !g.restart {
+		t.Fatalf("gap %+v, want from 6 to 14, restart", g)
 	}
 }

@@ -73,8 +73,12 @@ type tenantState struct {
 	// short grant waits for a batch of them (waitForBackfill).
 	backFirst            uint64
 	backExpect, backRung uint64
-	live                 seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
-	back                 seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
+	// bodyWaited, bodyNeed: as backWaited and backNeed, for a grant held
+	// back for the refill to bring its bodies (carried).
+	bodyWaited bool
+	bodyNeed   int
+	live       seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
+	back       seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
 
 	// A cursor below replayUntil is replaying (tenancy.PairState), at
 	// replayRate events/s (0: Config.ReplayRate; negative: unthrottled),
@@ -244,6 +248,11 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 	var bodies [][]work.Body
 	if ok {
 		times, bodies = x.indexCarry(ts, ranges, counts)
+		b := cutBatches{ranges, counts, lists, times, bodies, pending}
+		if x.carried(k, ts, &b) {
+			return
+		}
+		ranges, counts, lists, times, bodies, pending = b.ranges, b.counts, b.lists, b.times, b.bodies, b.pending
 	}
 	// A dense run comes before the replay feed: its times come from a few
 	// direct gets per grant (denseTimes), where the feed's consumer
@@ -476,7 +485,7 @@ func (x *destination) endHold(k scheduler.Key, ts *tenantState, h uint64) {
 	if !ts.held || ts.hold != h {
 		return // ended already; the tenant may be blocked at its limit since
 	}
-	ts.held, ts.backNeed = false, 0
+	ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
 	ts.blocked = false
 	x.sched.SetBlocked(k, false)
 }
@@ -879,7 +888,7 @@ func (x *destination) unblock(tenant string, slots int) (orphans bool) {
 	if ts.full {
 		ts.freed += max(slots, 1)
 	}
-	ts.held, ts.backNeed = false, 0
+	ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
 	if ts.blocked {
 		ts.blocked = false
 		x.sched.SetBlocked(x.key(tenant), false)
@@ -896,7 +905,7 @@ func (x *destination) unblockAll() {
 	for t, ts := range x.tenants {
 		ts.gen++
 		ts.full = false // releases may have been missed: learn the limit again
-		ts.held, ts.backNeed = false, 0
+		ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
 		if ts.blocked {
 			ts.blocked = false
 			x.sched.SetBlocked(x.key(t), false)

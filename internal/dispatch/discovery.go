@@ -309,7 +309,7 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 					owned++
 				}
 			}
-			body := d.bodies.hold(m.Data(), subjectOp(m.Subject(), tenant), owned)
+			body := d.bodies.holdAt(seq, m.Data(), subjectOp(m.Subject(), tenant), owned)
 			for _, x := range dests {
 				b := body
 				if owned < len(dests) && !d.owns(tenant, x.name) {

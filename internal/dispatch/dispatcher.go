@@ -143,7 +143,7 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 		tenantDests: map[string][]string{},
 		recoverKick: make(chan struct{}, 1),
 		beatKick:    make(chan struct{}, 1),
-		bodies:      &bodyBudget{max: c.BodyBudget},
+		bodies:      newBodyBudget(c.BodyBudget),
 		maxItem:     int(deps.NATS.MaxPayload()) - 512,
 		itemBytes:   max(int(deps.NATS.MaxPayload())-work.ItemOverhead, work.ItemOverhead),
 	}
@@ -209,6 +209,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	aux.Go(func() { d.recoverLoop(ctx, workCtx) })
 	aux.Go(func() { d.pollLoop(ctx, stream) })
 	aux.Go(func() { d.heartbeatLoop(ctx) })
+	if d.cfg.BodyBudget > 0 {
+		aux.Go(func() { d.refillLoop(ctx) })
+	}
 	d.log.Info("dispatcher running", "holder", d.cfg.Holder, "dests", d.destNames(), "from_seq", lastSeq+1)
 
 	<-ctx.Done()

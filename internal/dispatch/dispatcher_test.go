@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,98 @@ func TestWeightedShares(t *testing.T) {
 		if want := w * rounds * batch; got[id] != want {
 			t.Errorf("tenant %s (weight %d): %d events in the first %d rounds, want %d", id, w, got[id], rounds, want)
 		}
+	}
+}
+
+// Thirty tenants in three groups of weight 1, 2 and 4, their backlogs
+// interleaved event by event in the stream before the dispatcher starts,
+// slot limits too high to decide and the sink the bottleneck: while every
+// tenant is still backlogged, the events applied split between the groups
+// as their weights say (within 5% of each group's share), and each tenant
+// gets its group's share (within 20% or two batches: a weight-1 tenant's
+// share is a few batches). The start-up backfill delivers
+// every tenant's events at the same pace; the weights must show in what
+// the sink applies, not only in whole reads.
+func TestWeightedSharesInterleaved(t *testing.T) {
+	t.Parallel()
+	const (
+		perGroup = 10
+		backlog  = 300 // events per tenant
+		batch    = 10
+	)
+	e := setup(t, time.Minute)
+	weights := map[string]int{}
+	var tenants []string
+	for _, w := range []int{1, 2, 4} {
+		for i := range perGroup {
+			id := fmt.Sprintf("w%d-%02d", w, i)
+			weights[id] = w
+			tenants = append(tenants, id)
+			e.tenant(id, w, 10_000, pg)
+		}
+	}
+	runs := make([]int, len(tenants))
+	for i := range runs {
+		runs[i] = 1
+	}
+	seqs := e.interleave(backlog, tenants, runs...)
+	s := e.startSink(pg, 2, nil, func() time.Duration { return 2 * time.Millisecond })
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour}, nil)
+
+	// The weight-4 tenants run out first, when about backlog*70/4 events
+	// are applied: compare the shares of the applied events until 80% of
+	// that, when every tenant is still backlogged.
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	window := backlog * total / 4 * 8 / 10
+	var applied []work.Item
+	e.waitFor("the window's events applied", func() bool {
+		applied = s.snapshot()
+		n := 0
+		for _, it := range applied {
+			n += it.Count
+		}
+		return n >= window
+	})
+	got, n := map[string]int{}, 0
+	for _, it := range applied {
+		if n >= window {
+			break
+		}
+		got[it.Tenant] += it.Count
+		n += it.Count
+	}
+	group := map[int]int{}
+	for id, c := range got {
+		group[weights[id]] += c
+	}
+	for _, w := range []int{1, 2, 4} {
+		want := float64(n) * float64(w*perGroup) / float64(total)
+		if dev := float64(group[w])/want - 1; dev > 0.05 || dev < -0.05 {
+			t.Errorf("weight %d: %d of the first %d events applied, want %.0f (%+.1f%%)", w, group[w], n, want, 100*dev)
+		}
+	}
+	for _, id := range tenants {
+		want := float64(n) * float64(weights[id]) / float64(total)
+		if off := math.Abs(float64(got[id]) - want); off > max(0.2*want, 2*batch) {
+			dev := float64(got[id])/want - 1
+			t.Errorf("tenant %s (weight %d): %d of the first %d events applied, want %.0f (%+.1f%%)", id, weights[id], got[id], n, want, 100*dev)
+		}
+	}
+	t.Logf("first %d events applied: weight 1 %d, 2 %d, 4 %d", n, group[1], group[2], group[4])
+
+	e.waitFor("every event applied", func() bool {
+		m := 0
+		for _, it := range s.snapshot() {
+			m += it.Count
+		}
+		return m >= len(tenants)*backlog
+	})
+	checkExactlyOnce(t, s.snapshot(), seqs, false)
+	if r := d.Recovered(pg); r != 0 {
+		t.Errorf("%.0f orphans re-dispatched", r)
 	}
 }
 

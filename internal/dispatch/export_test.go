@@ -66,3 +66,11 @@ func (d *Dispatcher) Pruned() float64 { return testutil.ToFloat64(d.m.pruned) }
 func (d *Dispatcher) Recovered(dest string) float64 {
 	return testutil.ToFloat64(d.m.recovered.WithLabelValues(dest))
 }
+
+// Refilled returns how many event bodies the refill read again.
+func (d *Dispatcher) Refilled() float64 { return testutil.ToFloat64(d.m.refilled) }
+
+// BodyWaits returns how many grants of dest waited for the refill.
+func (d *Dispatcher) BodyWaits(dest string) float64 {
+	return testutil.ToFloat64(d.m.bodyWaits.WithLabelValues(dest))
+}

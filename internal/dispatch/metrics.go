@@ -21,6 +21,8 @@ type metrics struct {
 	replayed      *prometheus.CounterVec   // dest: events dispatched again for a replay
 	throttled     *prometheus.CounterVec   // dest: grants a replay's rate held back
 	backfillWaits *prometheus.CounterVec   // dest: grants held back for the start-up backfill to deliver a batch
+	bodyWaits     *prometheus.CounterVec   // dest: grants held back for the refill to bring their bodies
+	refilled      prometheus.Counter       // event bodies the refill read again
 	read          *prometheus.CounterVec   // dest: events read from PRODUCTS to cut grants
 	pruned        prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
 	scanSecond    prometheus.Histogram
@@ -67,6 +69,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replay_throttled_total", Help: "Grants of a replaying tenant held back by the replay's rate, by destination."}, []string{"dest"}),
 		backfillWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "backfill_waits_total", Help: "Grants held back a moment because the start-up backfill had delivered less than a batch past the tenant's cursor, by destination."}, []string{"dest"}),
+		bodyWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "body_waits_total", Help: "Grants held back a moment for the bodies of their events, which did not fit the body budget when the doorbell delivered them, to be read again in stream order (--body-budget), by destination."}, []string{"dest"}),
+		refilled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "bodies_refilled_total", Help: "Event bodies read again in stream order, once the body budget had room, for work items to carry them (--body-budget)."}),
 		read: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "read_events_total", Help: "Events the dispatcher read from PRODUCTS (with headers) to cut grants its index could not, by destination."}, []string{"dest"}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -77,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replay_feeds", Help: "Replay feeds running: one consumer of PRODUCTS per (tenant, destination) this dispatcher is replaying, which learns the replayed events' sequences and store times."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.backfillWaits, m.read, m.pruned, m.scanSecond, m.members, m.feeds} {
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.backfillWaits, m.bodyWaits, m.refilled, m.read, m.pruned, m.scanSecond, m.members, m.feeds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -65,7 +65,7 @@ func TestSeqIndexCountFollowsRuns(t *testing.T) {
 	walk := func(ix *seqIndex) int {
 		n := 0
 		for _, r := range ix.runs {
-			n += int(r.last - r.first + 1)
+			n += int(r.n)
 		}
 		return n
 	}
@@ -128,32 +128,46 @@ func TestSeqIndexAdd(t *testing.T) {
 	for _, s := range []uint64{5, 6, 7, 6, 9, 10, 12} { // 6 again: a redelivery
 		ix.add(s, t0.Add(time.Duration(s)*time.Millisecond), 100)
 	}
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	want := []seqRun{{5, 7, at(5), []uint32{0, 1, 2}, nil}, {9, 10, at(9), []uint32{0, 1}, nil}, {12, 12, at(12), []uint32{0}, nil}}
-	if !slices.EqualFunc(ix.runs, want, equalRun) {
-		t.Fatalf("runs %v, want %v", ix.runs, want)
+	runs := func() [][2]uint64 {
+		var out [][2]uint64
+		for _, r := range ix.runs {
+			out = append(out, [2]uint64{r.first, r.last()})
+		}
+		return out
+	}
+	timeOf := func(seq uint64) int64 {
+		p, ok := ix.locate(seq)
+		if !ok {
+			t.Fatalf("seq %d not in the index", seq)
+		}
+		ms, _ := ix.timeMs(p)
+		return ms - t0.UnixMilli()
+	}
+	if want := [][2]uint64{{5, 7}, {9, 10}, {12, 12}}; !slices.Equal(runs(), want) || ix.count() != 6 {
+		t.Fatalf("runs %v (%d events), want %v", runs(), ix.count(), want)
+	}
+	for _, s := range []uint64{5, 6, 7, 9, 10, 12} {
+		if got := timeOf(s); got != int64(s) {
+			t.Fatalf("seq %d stored at +%d ms, want +%d", s, got, s)
+		}
 	}
 	// Over maxRuns the oldest runs go and floor moves past them.
 	ix.add(20, t0, 3)
-	if ix.floor != 9 || len(ix.runs) != 3 || ix.runs[0].first != 9 {
-		t.Fatalf("after overflow: floor %d runs %v", ix.floor, ix.runs)
+	if ix.floor != 9 || len(ix.runs) != 3 || ix.runs[0].first != 9 || ix.count() != 4 {
+		t.Fatalf("after overflow: floor %d runs %v", ix.floor, runs())
 	}
 	ix.trim(10)
-	if !equalRun(ix.runs[0], seqRun{10, 10, at(9), []uint32{1}, nil}) || ix.floor != 10 {
-		t.Fatalf("trim(10): %v floor %d", ix.runs, ix.floor)
+	if want := [][2]uint64{{10, 10}, {12, 12}, {20, 20}}; !slices.Equal(runs(), want) || ix.floor != 10 || timeOf(10) != 10 || timeOf(12) != 12 {
+		t.Fatalf("trim(10): %v floor %d", runs(), ix.floor)
 	}
-	ix.add(8, at(8), 3) // below what the index knows: ignored
+	ix.add(8, t0.Add(8*time.Millisecond), 3) // below what the index knows: ignored
 	if ix.runs[0].first != 10 {
-		t.Fatalf("a sequence below the floor was added: %v", ix.runs)
+		t.Fatalf("a sequence below the floor was added: %v", runs())
 	}
 	ix.trim(100)
-	if len(ix.runs) != 0 {
-		t.Fatalf("trim(100): %v", ix.runs)
+	if len(ix.runs) != 0 || ix.count() != 0 {
+		t.Fatalf("trim(100): %v", runs())
 	}
-}
-
-func equalRun(a, b seqRun) bool {
-	return a.first == b.first && a.last == b.last && a.at.Equal(b.at) && slices.Equal(a.offMs, b.offMs)
 }
 
 // The index hands out each event's store time as its own millisecond (what

@@ -94,19 +94,31 @@ func (e *env) tenant(id string, weight, limit int, dests ...string) {
 // publish stores n events of tenant and returns their sequences.
 func (e *env) publish(tenant string, n int) []uint64 {
 	e.t.Helper()
-	seqs := make([]uint64, 0, n)
+	tenants := make([]string, n)
+	for i := range tenants {
+		tenants[i] = tenant
+	}
+	return e.publishAll(tenants)[tenant]
+}
+
+// publishAll stores one event per entry of tenants, in that order, and
+// returns each tenant's sequences.
+func (e *env) publishAll(tenants []string) map[string][]uint64 {
+	e.t.Helper()
+	seqs := map[string][]uint64{}
 	const chunk = 5000
-	for off := 0; off < n; off += chunk {
-		evs := make([]events.Event, 0, chunk)
-		for i := off; i < min(n, off+chunk); i++ {
+	for off := 0; off < len(tenants); off += chunk {
+		part := tenants[off:min(len(tenants), off+chunk)]
+		evs := make([]events.Event, 0, len(part))
+		for _, tenant := range part {
 			evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprintf("p%d", productN.Add(1)), Version: 1,
 				Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: []byte(`{}`)})
 		}
-		for _, r := range e.pub.Publish(e.ctx, evs) {
+		for i, r := range e.pub.Publish(e.ctx, evs) {
 			if r.Err != nil {
 				e.t.Fatalf("publish: %v", r.Err)
 			}
-			seqs = append(seqs, r.Seq)
+			seqs[part[i]] = append(seqs[part[i]], r.Seq)
 		}
 	}
 	return seqs
@@ -117,13 +129,15 @@ func (e *env) publish(tenant string, n int) []uint64 {
 // each tenant's sequences.
 func (e *env) interleave(rounds int, tenants []string, runs ...int) map[string][]uint64 {
 	e.t.Helper()
-	seqs := map[string][]uint64{}
+	var order []string
 	for range rounds {
 		for i, tenant := range tenants {
-			seqs[tenant] = append(seqs[tenant], e.publish(tenant, runs[i])...)
+			for range runs[i] {
+				order = append(order, tenant)
+			}
 		}
 	}
-	return seqs
+	return e.publishAll(order)
 }
 
 // start runs a dispatcher until the test ends.

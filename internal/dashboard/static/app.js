@@ -1,6 +1,10 @@
 // fairway dashboard: polls api/status and redraws two tables. Plain
 // JavaScript, no build step; every value goes in through textContent.
 //
+// The server answers one page of tenants at a time (page, filter); the
+// page keeps both in its address (?filter=…&page=…), so a link or a
+// reload shows the same tenants.
+//
 // When the server asks for a token (401), the page shows a form for one and
 // keeps it in sessionStorage: it lasts as long as the browser tab and is
 // sent only as an Authorization header, never in a URL. A link may carry
@@ -11,7 +15,30 @@
 (function () {
   const SVG = "http://www.w3.org/2000/svg";
   const TOKEN_KEY = "fairway-token";
+  // Backlog bars are on a log scale up to the largest backlog, and never
+  // up to less than this: a backlog of 1 is a sliver, not a full bar.
+  const BACKLOG_SCALE_MIN = 1000;
+  // Reasons that are real problems, drawn in the alarm colour. "at slot
+  // limit" is the normal state of a busy tenant and is not among them.
+  const ALARMS = new Set(["partner circuit open", "stream reset"]);
   let refresh = 2000;
+  const view = { filter: "", page: 1 };
+
+  function readAddress() {
+    const p = new URLSearchParams(location.search);
+    view.filter = (p.get("filter") || "").trim().toLowerCase();
+    view.page = Math.max(1, parseInt(p.get("page"), 10) || 1);
+    document.getElementById("filter").value = view.filter;
+  }
+
+  function writeAddress() {
+    const p = new URLSearchParams();
+    if (view.filter) p.set("filter", view.filter);
+    if (view.page > 1) p.set("page", String(view.page));
+    const q = p.toString();
+    history.replaceState(null, "", location.pathname + (q ? "?" + q : ""));
+    return q;
+  }
 
   function takeFragmentToken() {
     const m = /^#(?:.*&)?token=([^&]+)/.exec(location.hash);
@@ -29,6 +56,8 @@
     for (const body of document.querySelectorAll("tbody")) body.replaceChildren();
     document.getElementById("tenant-count").textContent = "";
     document.getElementById("forget").hidden = true;
+    document.getElementById("pager").hidden = true;
+    document.getElementById("metrics-note").hidden = true;
     document.getElementById("login").hidden = false;
     document.getElementById("updated").textContent = "a token is needed";
     showError(why);
@@ -61,18 +90,29 @@
     return r.toFixed(1);
   }
 
-  // bar is a value with a proportional bar; cls marks it full or off.
-  function bar(text, frac, cls) {
+  // bar is a value with a proportional bar; cls marks it (full, off).
+  function bar(text, frac, cls, title) {
     const fill = el("i");
-    fill.style.width = Math.max(0, Math.min(1, frac)) * 100 + "%";
-    return el("div", { class: "cell" }, el("span", { class: "value" }, text),
-      el("div", { class: "bar" + (cls ? " " + cls : "") }, fill));
+    fill.style.width = (Math.max(0, Math.min(1, frac)) * 100).toFixed(1) + "%";
+    const b = el("div", { class: "bar" + (cls ? " " + cls : "") }, fill);
+    if (title) b.title = title;
+    return el("div", { class: "cell" }, el("span", { class: "value" }, text), b);
   }
 
-  // slots draws in-use/limit; red only when work waits for a slot.
-  function slots(inUse, limit, waiting) {
-    const cls = limit === 0 ? "off" : inUse >= limit && waiting ? "full" : "";
+  // backlogBar draws n on a log scale up to scale.
+  function backlogBar(n, scale) {
+    return bar(int(n), Math.log1p(n) / Math.log1p(scale), "", "log scale: a full bar is " + int(scale));
+  }
+
+  // slots draws in-use/limit. Every slot busy is "full" (a calm colour:
+  // it is how a busy tenant is held to its share), no slot at all "off".
+  function slots(inUse, limit) {
+    const cls = limit === 0 ? "off" : inUse >= limit ? "full" : "";
     return bar(inUse + "/" + limit, limit > 0 ? inUse / limit : 0, cls);
+  }
+
+  function dead(n) {
+    return el("td", { class: n > 0 ? "num dead alarm" : "num dead" }, int(n));
   }
 
   function spark(series) {
@@ -93,58 +133,95 @@
 
   function noData() { return el("span", { class: "nodata" }, "no data"); }
 
+  // destColumns are the columns of the destinations table, in order: head
+  // is its heading (given the spans of the figures), cell its cell for a
+  // destination d with figures s (null: no data).
+  const destColumns = [
+    { head: () => "Destination", cell: d => el("td", { class: "dest" }, d.dest) },
+    { head: () => "Backlog", num: true, cell: d => el("td", { class: "num backlog" }, int(d.backlog)) },
+    { head: () => "Slots in use", cell: d => el("td", { class: "slots" }, slots(d.in_use, d.limit)) },
+    { head: () => "Dead letters", num: true, cell: d => dead(d.dead_letters) },
+    {
+      head: f => "Events/s" + (f.summary ? " (" + dur(f.summary) + ")" : ""), num: true,
+      cell: (d, s) => el("td", { class: "num rate" }, s ? rate(s.events_per_second) : noData())
+    },
+    {
+      head: f => "p95 end-to-end" + (f.summary ? " (" + dur(f.summary) + ")" : ""), num: true,
+      cell: (d, s) => el("td", { class: "num p95" }, s ? (s.p95_seconds == null ? "–" : dur(s.p95_seconds)) : noData())
+    },
+    {
+      head: f => "Events/s, last " + (f.window ? dur(f.window) : "minutes"),
+      cell: (d, s) => el("td", { class: "series" }, s ? spark(s.series) : noData())
+    },
+  ];
+
   function renderDests(snap) {
-    const body = document.querySelector("#dests tbody");
-    const rows = [];
-    let summary = 0, win = 0;
+    let summary = 0, window = 0;
     for (const d of snap.dests) {
-      const s = d.stats;
-      if (s) { summary = Math.max(summary, s.summary_seconds); win = Math.max(win, s.window_seconds); }
-      rows.push(el("tr", { "data-dest": d.dest },
-        el("td", { class: "dest" }, d.dest),
-        el("td", { class: "num backlog" }, int(d.backlog)),
-        el("td", { class: "slots" }, slots(d.in_use, d.limit, d.backlog > 0)),
-        el("td", { class: "num dead" }, int(d.dead_letters)),
-        el("td", { class: "num rate" }, s ? rate(s.events_per_second) : noData()),
-        el("td", { class: "num p95" }, s ? (s.p95_seconds == null ? "–" : dur(s.p95_seconds)) : noData()),
-        el("td", { class: "series" }, s ? spark(s.series) : noData())));
+      if (d.stats) { summary = Math.max(summary, d.stats.summary_seconds); window = Math.max(window, d.stats.window_seconds); }
     }
-    body.replaceChildren(...rows);
-    document.getElementById("rate-head").textContent = summary ? "Events/s (" + dur(summary) + ")" : "Events/s";
-    document.getElementById("p95-head").textContent = summary ? "p95 end-to-end (" + dur(summary) + ")" : "p95 end-to-end";
-    document.getElementById("series-head").textContent = win ? "Events/s, last " + dur(win) : "Events/s, last minutes";
+    document.querySelector("#dests thead").replaceChildren(el("tr", {},
+      ...destColumns.map(c => el("th", c.num ? { class: "num" } : {}, c.head({ summary, window })))));
+    document.querySelector("#dests tbody").replaceChildren(...snap.dests.map(d =>
+      el("tr", { "data-dest": d.dest }, ...destColumns.map(c => c.cell(d, d.stats)))));
+    renderMetricsNote(snap);
+  }
+
+  // renderMetricsNote says where throughput and latency come from when
+  // they cannot be shown: no sink metrics configured, or some not
+  // answering.
+  function renderMetricsNote(snap) {
+    const note = document.getElementById("metrics-note");
+    let text = "";
+    if (snap.tenant) {
+      text = "";
+    } else if (!snap.throughput) {
+      text = "Events/s and p95 come from the sinks' metrics: start fairway serve with " +
+        "--sink-metrics host:port,… (the --listen address of every sinks process).";
+    } else {
+      const failing = (snap.metrics_sources || []).filter(s => s.error);
+      if (failing.length) {
+        text = "Sink metrics: " + failing.length + " of " + snap.metrics_sources.length + " not answering: " +
+          failing.map(s => s.source + " (" + s.error + ")").join("; ");
+      }
+    }
+    note.textContent = text;
+    note.hidden = !text;
+  }
+
+  function reasonClass(reason) {
+    return "reason reason-" + reason.replace(/[^a-z0-9]+/g, "-") + (ALARMS.has(reason) ? " alarm" : "");
   }
 
   function renderTenants(snap) {
-    const body = document.querySelector("#tenants tbody");
-    let top = 1;
-    for (const r of snap.rows) top = Math.max(top, r.backlog);
-    if (snap.other) top = Math.max(top, snap.other.backlog);
-    const rows = snap.rows.map(r => el("tr", { "data-tenant": r.tenant, "data-dest": r.dest },
-      el("td", { class: "tenant" }, r.tenant),
-      el("td", { class: "dest" }, r.dest),
-      el("td", { class: "backlog" }, bar(int(r.backlog), r.backlog / top)),
-      el("td", { class: "num oldest" }, r.backlog > 0 ? dur(r.oldest_age_seconds) : "–"),
-      el("td", { class: "slots" }, slots(r.in_use, r.limit, r.reason === "at slot limit")),
-      el("td", { class: "num weight" }, r.weight),
-      el("td", { class: "num dead" }, int(r.dead_letters)),
-      el("td", { class: "why" }, el("span", { class: "reason reason-" + r.reason.replace(/[^a-z0-9]+/g, "-") }, r.reason))));
-    const o = snap.other;
-    if (o) {
-      rows.push(el("tr", { class: "other", "data-tenant": "" },
-        el("td", { class: "tenant" }, "other (" + int(o.tenants) + " tenants)"),
-        el("td", { class: "dest" }, int(o.pairs) + " pairs"),
-        el("td", { class: "backlog" }, bar(int(o.backlog), o.backlog / top)),
-        el("td", { class: "num oldest" }, o.backlog > 0 ? dur(o.oldest_age_seconds) : "–"),
-        el("td", { class: "slots" }, slots(o.in_use, o.limit, o.backlog > 0)),
-        el("td", { class: "num weight" }, ""),
-        el("td", { class: "num dead" }, int(o.dead_letters)),
-        el("td", { class: "why" }, "")));
-    }
-    body.replaceChildren(...rows);
-    const shown = snap.tenants - (o ? o.tenants : 0);
+    const scale = Math.max(snap.max_backlog || 0, BACKLOG_SCALE_MIN);
+    document.querySelector("#tenants tbody").replaceChildren(...snap.rows.map(r =>
+      el("tr", { "data-tenant": r.tenant, "data-dest": r.dest },
+        el("td", { class: "tenant" }, r.tenant),
+        el("td", { class: "dest" }, r.dest),
+        el("td", { class: "backlog" }, backlogBar(r.backlog, scale)),
+        el("td", { class: "num oldest" }, r.backlog > 0 ? dur(r.oldest_age_seconds) : "–"),
+        el("td", { class: "slots" }, slots(r.in_use, r.limit)),
+        el("td", { class: "num weight" }, r.weight),
+        dead(r.dead_letters),
+        el("td", { class: "why" }, el("span", { class: reasonClass(r.reason) }, r.reason)))));
+    document.getElementById("backlog-head").title = "bars on a log scale: a full bar is " + int(scale);
+
+    const count = snap.filter
+      ? int(snap.matched) + " of " + int(snap.tenants) + " match"
+      : int(snap.tenants) + " in all";
+    const from = (snap.page - 1) * snap.page_size + 1, to = Math.min(snap.page * snap.page_size, snap.matched);
     document.getElementById("tenant-count").textContent =
-      snap.tenants + " in all" + (o ? ", " + shown + " with the most backlog listed" : "");
+      count + (snap.pages > 1 ? ", " + int(from) + "–" + int(to) + " listed, the most backlog first" : "");
+    document.getElementById("filter-form").hidden = !!snap.tenant;
+    document.getElementById("pager").hidden = snap.pages <= 1;
+    document.getElementById("page-info").textContent = "page " + int(snap.page) + " of " + int(snap.pages);
+    document.getElementById("prev").disabled = snap.page <= 1;
+    document.getElementById("next").disabled = snap.page >= snap.pages;
+    if (view.page !== snap.page) { // past the last page: the server served the last
+      view.page = snap.page;
+      writeAddress();
+    }
   }
 
   function showError(msg) {
@@ -154,33 +231,61 @@
   }
 
   let timer = 0;
+  let asked = 0; // the newest request; older answers are dropped
 
   async function tick() {
     clearTimeout(timer);
     const tok = token();
+    const q = writeAddress();
+    const mine = ++asked;
     try {
-      const res = await fetch("api/status", { cache: "no-store", headers: tok ? { Authorization: "Bearer " + tok } : {} });
+      const res = await fetch("api/status" + (q ? "?" + q : ""),
+        { cache: "no-store", headers: tok ? { Authorization: "Bearer " + tok } : {} });
+      if (mine !== asked) return;
       if (res.status === 401) {
         askToken(tok ? "the token was refused: unknown or revoked" : "");
         return;
       }
       const snap = await res.json();
+      if (mine !== asked) return;
+      if (res.status === 400) { // a filter the server refuses: say why, keep the rows
+        showError(snap.error);
+        return;
+      }
       if (snap.refresh_ms > 0) refresh = snap.refresh_ms;
       if (!res.ok || snap.error) throw new Error(snap.error || res.status + " " + res.statusText);
       renderDests(snap);
       renderTenants(snap);
       document.getElementById("updated").textContent =
         "updated " + new Date(snap.generated_at).toLocaleTimeString("en-GB") +
-        (snap.tenant ? " · tenant " + snap.tenant + " only; throughput is shown to admin tokens"
-          : snap.throughput ? "" : " · no sink metrics in this process: throughput shows no data");
+        (snap.tenant ? " · tenant " + snap.tenant + " only; throughput is shown to admin tokens" : "");
       document.getElementById("forget").hidden = !tok;
       showError("");
     } catch (err) {
+      if (mine !== asked) return;
       showError("status unavailable: " + err.message);
     }
     timer = setTimeout(tick, refresh);
   }
 
+  let typing = 0;
+  document.getElementById("filter").addEventListener("input", ev => {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      view.filter = ev.target.value.trim().toLowerCase();
+      view.page = 1;
+      tick();
+    }, 250);
+  });
+  document.getElementById("filter-form").addEventListener("submit", ev => {
+    ev.preventDefault();
+    clearTimeout(typing);
+    view.filter = document.getElementById("filter").value.trim().toLowerCase();
+    view.page = 1;
+    tick();
+  });
+  document.getElementById("prev").addEventListener("click", () => { view.page = Math.max(1, view.page - 1); tick(); });
+  document.getElementById("next").addEventListener("click", () => { view.page += 1; tick(); });
   document.getElementById("login").addEventListener("submit", ev => {
     ev.preventDefault();
     const input = document.getElementById("token");
@@ -196,5 +301,6 @@
   });
 
   takeFragmentToken();
+  readAddress();
   tick();
 })();

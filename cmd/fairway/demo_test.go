@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/demo"
+	"github.com/fairwayhq/fairway/internal/testenv"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDemoStopsWhenEverythingIsApplied runs the demo with a small workload
+// and a --duration far longer than it needs, against the real servers: it
+// stops once every destination applied everything it published, well
+// before --duration, and its summary says so.
+func TestDemoStopsWhenEverythingIsApplied(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, chAddr := testenv.DatabaseURL(), testenv.ClickHouseAddr()
+	db := fmt.Sprintf("fw_test_demo_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		if err := dropDatabases(context.Background(), admin, chAddr, db); err != nil {
+			t.Logf("drop databases %s: %v", db, err)
+		}
+	})
+	var out syncBuffer
+	c := &cli{getenv: func(k string) string {
+		if k == "CLICKHOUSE_ADDR" {
+			return chAddr
+		}
+		return ""
+	}, out: &out, errOut: io.Discard, databaseURL: admin}
+
+	const duration = 2 * time.Minute
+	start := time.Now()
+	err := c.runDemo(ctx, demo.Config{Duration: duration, NoisyRows: 2_000, SmallTenants: 2, SmallRate: 5}, "127.0.0.1:0", db, bootstrap.LogConfig{Format: "text", Level: "info"})
+	elapsed := time.Since(start)
+	got := out.String()
+	if m := regexp.MustCompile(`logs: (\S+)`).FindStringSubmatch(got); m != nil {
+		if t.Failed() || err != nil {
+			t.Logf("demo logs: %s", m[1])
+		} else {
+			defer os.Remove(m[1])
+		}
+	}
+	if err != nil {
+		t.Fatalf("demo: %v (PostgreSQL from DATABASE_URL, ClickHouse from CLICKHOUSE_ADDR: start both with `make services`)\n%s", err, got)
+	}
+	if elapsed > duration/4 {
+		t.Errorf("the demo ran %s of its --duration %s with a small workload", elapsed.Round(time.Second), duration)
+	}
+	for _, want := range []string{
+		"(stopped: every destination applied every event stored)",
+		"noisy: import succeeded, 2000 of 2000 rows stored",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "not applied yet") {
+		t.Errorf("the demo stopped with events not applied:\n%s", got)
+	}
+}
