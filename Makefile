@@ -37,7 +37,7 @@ demo: services ## Build bin/fairway and run the whole pipeline in one process (a
 	@$(WITH_ENV) bin/fairway demo $(DEMO_ARGS); status=$$?; echo; bash scripts/stop-services.sh --list; exit $$status
 
 .PHONY: test
-test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStream) with -race, then each fuzz target briefly
+test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStream; systemd-analyze verify when installed) with -race, then each fuzz target briefly
 	@$(GO) vet $(PKGS)
 	@$(WITH_ENV) $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME_TEST),5s)
@@ -64,8 +64,8 @@ lint: ## gofmt, go vet and staticcheck
 	@$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 .PHONY: build
-build: ## Build the binaries into bin/
-	@$(GO) build -o bin/ ./cmd/...
+build: ## Build the binaries into bin/, stamped with the version and commit (--version)
+	@$(GO) build -ldflags "$$(sh scripts/ldflags.sh)" -o bin/ ./cmd/...
 
 .PHONY: nats-config-check
 nats-config-check: ## Check deploy/nats configs with an installed nats-server binary (nats-server -t), single-tls.conf with certificates from tls-certs.sh

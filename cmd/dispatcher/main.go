@@ -9,14 +9,17 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dispatch"
@@ -26,12 +29,15 @@ import (
 )
 
 func main() {
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
-	if err != nil {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stdout)
+	switch {
+	case errors.Is(err, bootstrap.ErrHelp), errors.Is(err, bootstrap.ErrVersion):
+		os.Exit(0)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "dispatcher:", err)
 		os.Exit(2)
 	}
-	log, err := bootstrap.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	log, err := cfg.Log.New(os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dispatcher:", err)
 		os.Exit(2)
@@ -45,25 +51,31 @@ func main() {
 	}
 }
 
-func parseConfig(args []string, getenv func(string) string) (Config, error) {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
+// command is the dispatcher's --help and --version.
+var command = bootstrap.Command{
+	Name: "dispatcher",
+	Summary: `dispatcher moves each tenant's product events from stream PRODUCTS to
+stream WORK, fairly across tenants and inside their slot limits
+(docs/dispatcher.md). Replicas share PostgreSQL and JetStream and split the
+tenants between them; two on one host need a --listen each.`,
+}
+
+// parseConfig reads the command line and the environment (getenv); --help
+// and --version print to out and return bootstrap.ErrHelp or ErrVersion.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var (
 		c     Config
 		dests string
 	)
-	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
-	fs.StringVar(&c.Listen, "listen", env("FAIRWAY_DISPATCHER_LISTEN", "127.0.0.1:8081"), "HTTP address for /metrics and /healthz (env FAIRWAY_DISPATCHER_LISTEN)")
-	c.NATS.RegisterFlags(fs, getenv)
-	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL, required)")
-	fs.StringVar(&dests, "dest", env("FAIRWAY_DESTS", "postgres,clickhouse"), "comma-separated destinations: postgres, clickhouse, b2b:<partner> (env FAIRWAY_DESTS)")
-	fs.StringVar(&c.Dispatch.Holder, "holder", env("FAIRWAY_HOLDER", ""), "name of this replica in leases and the batch log (default <hostname>-<pid>)")
+	fs := pflag.NewFlagSet("dispatcher", pflag.ContinueOnError)
+	fs.StringVar(&c.Listen, "listen", bootstrap.DispatcherListenDefault, "HTTP address for /metrics and /healthz")
+	c.NATS.RegisterFlags(fs)
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (required)")
+	bootstrap.SetEnv(fs, "database-url", "DATABASE_URL")
+	fs.StringVar(&dests, "dest", "postgres,clickhouse", "comma-separated destinations: postgres, clickhouse, b2b:<partner>")
+	fs.StringVar(&c.Dispatch.Holder, "holder", "", "name of this replica in leases and the batch log (default <hostname>-<pid>)")
 	fs.IntVar(&c.Dispatch.BatchSize, "batch-size", dispatch.BatchSizeDefault, "most events per work item")
-	fs.Func("dest-batch-size", fmt.Sprintf("dest=N: most events per work item of one destination instead of --batch-size; repeat per destination (default clickhouse=%d: ClickHouse wants few big inserts)", dispatch.ClickHouseBatchDefault), func(v string) error {
+	fs.Func("dest-batch-size", fmt.Sprintf("`dest=N`: most events per work item of one destination instead of --batch-size; repeat per destination or separate with commas (default clickhouse=%d: ClickHouse wants few big inserts)", dispatch.ClickHouseBatchDefault), eachOf(func(v string) error {
 		dest, n, ok := strings.Cut(v, "=")
 		size, err := strconv.Atoi(n)
 		if !ok || err != nil || dest == "" {
@@ -77,7 +89,7 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 		c.Dispatch.DestBatchSize[dest] = size
 		return nil
-	})
+	}))
 	fs.Int64Var(&c.Dispatch.Quantum, "quantum", 0, "events a weight-1 tenant earns per round (default: the destination's batch size)")
 	fs.Int64Var(&c.Dispatch.Backfill, "backfill", dispatch.BackfillDefault, "most stream sequences replayed at start to index the existing backlog; negative: none")
 	fs.Int64Var(&c.Dispatch.BodyBudget, "body-budget", dispatch.BodyBudgetDefault, "bytes of event bodies held for work items to carry to the sinks (which then do not read PRODUCTS for them); negative: none")
@@ -90,11 +102,10 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&c.Dispatch.PollInterval, "poll-interval", dispatch.PollIntervalDefault, "fallback backlog rescan interval")
 	fs.DurationVar(&c.Dispatch.RecoverInterval, "recover-interval", dispatch.RecoverIntervalDefault, "orphaned-batch recovery interval")
 	fs.IntVar(&c.WorkReplicas, "replicas", 1, "replicas of the WORK stream, which the dispatcher creates (3 in a cluster)")
-	fs.StringVar(&c.LogFormat, "log-format", env("FAIRWAY_LOG_FORMAT", "text"), "text or json")
-	fs.StringVar(&c.LogLevel, "log-level", env("FAIRWAY_LOG_LEVEL", "info"), "debug, info, warn or error")
+	c.Log.RegisterFlags(fs, "info")
 	fs.IntVar(&c.TenantMetrics.TopK, "tenant-metrics-top", status.TopKDefault, "per destination, tenants with the most backlog that get their own metric series (the rest: tenant=\"other\"); 0 turns backlog metrics off")
 	fs.DurationVar(&c.TenantMetrics.Interval, "tenant-metrics-interval", status.IntervalDefault, "how often backlog metrics are sampled (one direct get per tenant and destination)")
-	fs.Func("dampen", "dampen greedy tenants of a destination, dest:events/window[/factor] (e.g. postgres:100000/1m/4: a tenant dispatched more than 100,000 events in the last minute gets a quarter of its weight; factor default 2); repeat per destination", func(v string) error {
+	fs.Func("dampen", "dampen greedy tenants of a destination, `dest:events/window[/factor]` (e.g. postgres:100000/1m/4: a tenant dispatched more than 100,000 events in the last minute gets a quarter of its weight; factor default 2); repeat per destination or separate with commas", eachOf(func(v string) error {
 		dest, rule, err := parseDampening(v)
 		if err != nil {
 			return err
@@ -107,11 +118,12 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 		c.Dispatch.Dampening[dest] = rule
 		return nil
-	})
+	}))
 	fs.DurationVar(&c.Dispatch.ShutdownGrace, "shutdown-grace", dispatch.ShutdownGraceDefault, "time in-flight batches get to be published on shutdown")
 	fs.DurationVar(&c.Dispatch.BatchLogRetention, "batch-log-retention", dispatch.BatchLogRetentionDefault, "how long the batch log (fairway.batches, a row per dispatched batch) keeps a row; negative keeps every row")
 	fs.DurationVar(&c.Dispatch.Heartbeat, "heartbeat", dispatch.HeartbeatDefault, "how often this replica records it is alive; replicas split the tenants between them and take over one whose heartbeat is 3 intervals old")
-	if err := fs.Parse(args); err != nil {
+	bootstrap.BindEnv(fs, "FAIRWAY_DISPATCHER_", getenv)
+	if err := command.Parse(fs, args, getenv, out); err != nil {
 		return c, err
 	}
 	if c.DatabaseURL == "" {
@@ -126,6 +138,20 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// eachOf returns a flag function that calls set for each comma-separated
+// part of its value, so a repeatable flag's environment variable holds
+// several values.
+func eachOf(set func(string) error) func(string) error {
+	return func(v string) error {
+		for _, part := range strings.Split(v, ",") {
+			if err := set(strings.TrimSpace(part)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // parseDampening reads a --dampen value, dest:events/window[/factor].

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -26,8 +28,8 @@ import (
 
 func TestParseConfig(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATABASE_URL": "postgres://x", "FAIRWAY_DESTS": "postgres, b2b:acme"}
-	c, err := parseConfig([]string{"--batch-size", "100", "--lease-ttl", "5s"}, func(k string) string { return env[k] })
+	env := map[string]string{"DATABASE_URL": "postgres://x", "FAIRWAY_DISPATCHER_DEST": "postgres, b2b:acme"}
+	c, err := parseConfig([]string{"--batch-size", "100", "--lease-ttl", "5s"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,16 +40,16 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("--batch-log-retention default %v, want 168h", c.Dispatch.BatchLogRetention)
 	}
 	for arg, want := range map[string]time.Duration{"36h": 36 * time.Hour, "-1s": -time.Second} {
-		c, err := parseConfig([]string{"--batch-log-retention", arg}, func(k string) string { return env[k] })
+		c, err := parseConfig([]string{"--batch-log-retention", arg}, func(k string) string { return env[k] }, io.Discard)
 		if err != nil || c.Dispatch.BatchLogRetention != want {
 			t.Fatalf("--batch-log-retention %s: %v, %v", arg, c.Dispatch.BatchLogRetention, err)
 		}
 	}
-	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil {
+	if _, err := parseConfig(nil, func(string) string { return "" }, io.Discard); err == nil {
 		t.Fatal("missing DATABASE_URL accepted")
 	}
 	get := func(k string) string { return env[k] }
-	c, err = parseConfig([]string{"--dampen", "postgres:100000/1m/4", "--dampen", "b2b:acme:500/30s"}, get)
+	c, err = parseConfig([]string{"--dampen", "postgres:100000/1m/4", "--dampen", "b2b:acme:500/30s"}, get, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,29 +61,73 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, bad := range []string{"postgres", "postgres:10", "postgres:x/1m", "postgres:0/1m", "postgres:10/1ms", "postgres:10/1m/0.5",
 		"post gres:10/1m", "postgres:10/1m/2/3"} {
-		if _, err := parseConfig([]string{"--dampen", bad}, get); err == nil {
+		if _, err := parseConfig([]string{"--dampen", bad}, get, io.Discard); err == nil {
 			t.Errorf("--dampen %q accepted", bad)
 		}
 	}
-	if _, err := parseConfig([]string{"--dampen", "postgres:10/1m", "--dampen", "postgres:20/1m"}, get); err == nil {
+	if _, err := parseConfig([]string{"--dampen", "postgres:10/1m", "--dampen", "postgres:20/1m"}, get, io.Discard); err == nil {
 		t.Error("--dampen twice for one destination accepted")
 	}
 
-	c, err = parseConfig([]string{"--dest-batch-size", "clickhouse=8000", "--dest-batch-size", "b2b:acme=50"}, get)
+	c, err = parseConfig([]string{"--dest-batch-size", "clickhouse=8000", "--dest-batch-size", "b2b:acme=50"}, get, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := map[string]int{"clickhouse": 8000, "b2b:acme": 50}; !maps.Equal(c.Dispatch.DestBatchSize, want) {
 		t.Fatalf("--dest-batch-size: %v, want %v", c.Dispatch.DestBatchSize, want)
 	}
-	for _, bad := range [][]string{{"clickhouse"}, {"clickhouse=x"}, {"=10"}, {"clickhouse=1", "clickhouse=2"}} {
+	// The variables of repeatable flags hold several values, comma-separated.
+	env["FAIRWAY_DISPATCHER_DEST_BATCH_SIZE"] = "clickhouse=8000, b2b:acme=50"
+	env["FAIRWAY_DISPATCHER_DAMPEN"] = "postgres:100000/1m/4,b2b:acme:500/30s"
+	env["FAIRWAY_DISPATCHER_HOLDER"] = "d1"
+	c, err = parseConfig(nil, get, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"clickhouse": 8000, "b2b:acme": 50}; !maps.Equal(c.Dispatch.DestBatchSize, want) || len(c.Dispatch.Dampening) != 2 ||
+		c.Dispatch.Holder != "d1" || c.Listen != bootstrap.DispatcherListenDefault {
+		t.Fatalf("from the environment: %+v", c)
+	}
+	delete(env, "FAIRWAY_DISPATCHER_DEST_BATCH_SIZE")
+	delete(env, "FAIRWAY_DISPATCHER_DAMPEN")
+	for _, bad := range [][]string{{"clickhouse"}, {"clickhouse=x"}, {"=10"}, {"clickhouse=1", "clickhouse=2"}, {"clickhouse=1,clickhouse=2"}} {
 		var args []string
 		for _, v := range bad {
 			args = append(args, "--dest-batch-size", v)
 		}
-		if _, err := parseConfig(args, get); err == nil {
+		if _, err := parseConfig(args, get, io.Discard); err == nil {
 			t.Errorf("--dest-batch-size %q accepted", bad)
 		}
+	}
+}
+
+// The binary: --help exits 0 and names every variable, never a password
+// from the environment; --version names the commit; flags take two
+// dashes.
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(testenv.BuildCommands(t, "dispatcher"), "dispatcher")
+	secrets := []string{"NATS_URL=nats://dispatcher:hunter2@n:4222", "DATABASE_URL=postgres://fairway:hunter2@db/fairway"}
+	out, errOut, code := testenv.RunCommand(t, bin, secrets, "--help")
+	if code != 0 || errOut != "" {
+		t.Fatalf("--help: exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"(env FAIRWAY_DISPATCHER_LISTEN)", "(env FAIRWAY_DISPATCHER_DEST)", "(env FAIRWAY_DISPATCHER_DAMPEN)",
+		"(env NATS_URL, set)", "(env DATABASE_URL, set)", "(env NATS_CREDS)", "(env FAIRWAY_LOG_LEVEL)", "(env FAIRWAY_LOG_FORMAT)", "--version"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("--help shows a password from the environment:\n%s", out)
+	}
+	out, errOut, code = testenv.RunCommand(t, bin, nil, "--version")
+	if code != 0 || errOut != "" {
+		t.Fatalf("--version: exit %d, stderr %q", code, errOut)
+	}
+	testenv.CheckVersion(t, "dispatcher", out)
+	if _, errOut, code = testenv.RunCommand(t, bin, nil, "-dest", "postgres"); code != 2 || !strings.Contains(errOut, "--dest") {
+		t.Errorf("-dest: exit %d, %q; want 2 and the two-dash spelling", code, errOut)
 	}
 }
 
@@ -113,7 +159,7 @@ func TestRunDispatches(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	env := map[string]string{"DATABASE_URL": dsn, "NATS_URL": srv.ClientURL()}
-	cfg, err := parseConfig([]string{"--listen", addr, "--tenant-metrics-interval", "1s"}, func(k string) string { return env[k] })
+	cfg, err := parseConfig([]string{"--listen", addr, "--tenant-metrics-interval", "1s"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,8 +30,7 @@ type Config struct {
 	Dispatch     dispatch.Config
 	// TenantMetrics configures the backlog gauges; TopK 0 turns them off.
 	TenantMetrics status.ExporterConfig
-	LogFormat     string
-	LogLevel      string
+	Log           bootstrap.LogConfig
 	Logger        *slog.Logger
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,14 +14,14 @@ import (
 // fairway runs the CLI in process against dsn and returns stdout, stderr.
 func fairway(t *testing.T, dsn string, args ...string) (string, string, error) {
 	t.Helper()
+	return fairwayEnv(t, map[string]string{"DATABASE_URL": dsn}, args...)
+}
+
+// fairwayEnv runs the CLI in process with the environment env.
+func fairwayEnv(t *testing.T, env map[string]string, args ...string) (string, string, error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	getenv := func(k string) string {
-		if k == "DATABASE_URL" {
-			return dsn
-		}
-		return ""
-	}
-	cmd := newRootCmd(getenv, &out, &errOut)
+	cmd := newRootCmd(func(k string) string { return env[k] }, &out, &errOut)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
@@ -40,7 +41,8 @@ func TestTenantCommands(t *testing.T) {
 	if err != nil || !strings.HasPrefix(tok, "fw_") || !strings.Contains(errOut, "shown once") {
 		t.Fatalf("create: %q %q %v", tok, errOut, err)
 	}
-	if _, _, err := fairway(t, dsn, "tenants", "create", "acme"); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, _, err := fairway(t, dsn, "tenants", "create", "acme"); err == nil || !strings.Contains(err.Error(), "exists") ||
+		!strings.Contains(err.Error(), "fairway tenants token acme") {
 		t.Fatalf("create twice: %v", err)
 	}
 	if _, _, err := fairway(t, dsn, "tenants", "create", "Bad.Tenant"); err == nil || !strings.Contains(err.Error(), "Bad.Tenant") {
@@ -58,26 +60,30 @@ func TestTenantCommands(t *testing.T) {
 	if _, _, err := fairway(t, dsn, "tenants", "set-weight", "acme", "--weight", "3"); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"pause", "acme", "--dest", "postgres"}, {"resume", "acme", "--dest", "postgres"}, {"pause", "acme"}} {
-		if out, _, err := fairway(t, dsn, append([]string{"tenants"}, args...)...); err != nil || !strings.Contains(out, args[0]+"d") {
-			t.Fatalf("tenants %v: %q %v", args, out, err)
+	// PAUSED says what holds acme's postgres back: its own pause, the
+	// tenant's, both or none.
+	for _, step := range []struct {
+		args   []string
+		paused string
+	}{
+		{[]string{"pause", "acme", "--dest", "postgres"}, "dest"},
+		{[]string{"pause", "acme"}, "tenant,dest"},
+		{[]string{"resume", "acme", "--dest", "postgres"}, "tenant"},
+		{[]string{"resume", "acme"}, "no"},
+		{[]string{"pause", "acme"}, "tenant"},
+	} {
+		if out, _, err := fairway(t, dsn, append([]string{"tenants"}, step.args...)...); err != nil || !strings.Contains(out, step.args[0]+"d") {
+			t.Fatalf("tenants %v: %q %v", step.args, out, err)
+		}
+		if f := strings.Fields(listRow(t, dsn, "acme", "postgres")); len(f) < 3 || f[2] != step.paused {
+			t.Fatalf("after tenants %v, PAUSED %q, want %s", step.args, f, step.paused)
 		}
 	}
 	if _, _, err := fairway(t, dsn, "tenants", "pause", "acme", "--dest", "clickhouse"); err == nil {
 		t.Fatal("pausing a destination the tenant never used must fail")
 	}
-	out, _, err = fairway(t, dsn, "tenants", "list")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var row string
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "acme") && strings.Contains(l, "postgres") {
-			row = l
-		}
-	}
-	if f := strings.Fields(row); len(f) < 6 || f[1] != "3" || f[2] != "true" || f[4] != "4" {
-		t.Fatalf("list row %q in\n%s", row, out)
+	if row := listRow(t, dsn, "acme", "postgres"); len(strings.Fields(row)) < 6 || strings.Fields(row)[1] != "3" || strings.Fields(row)[4] != "4" {
+		t.Fatalf("list row %q", row)
 	}
 	if tok2, _, err := fairway(t, dsn, "tenants", "token", "acme"); err != nil || tok2 == tok || !strings.HasPrefix(tok2, "fw_") {
 		t.Fatalf("token: %q %v", tok2, err)
@@ -87,11 +93,100 @@ func TestTenantCommands(t *testing.T) {
 	}
 }
 
+// listRow returns the row of tenants list for tenant and dest.
+func listRow(t *testing.T, dsn, tenant, dest string) string {
+	t.Helper()
+	out, _, err := fairway(t, dsn, "tenants", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[0] == tenant && f[3] == dest {
+			return l
+		}
+	}
+	t.Fatalf("no row for %s %s in\n%s", tenant, dest, out)
+	return ""
+}
+
 func TestMissingDatabaseURLIsAUsageError(t *testing.T) {
 	t.Parallel()
 	_, _, err := fairway(t, "", "tenants", "list")
 	var ue usageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("err %v, want a usage error naming DATABASE_URL", err)
+	}
+}
+
+// The CLI reads FAIRWAY_LOG_LEVEL and FAIRWAY_LOG_FORMAT as the services
+// do; a flag wins over its variable.
+func TestLogSettingsFromEnvironment(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.NewDatabase(t)
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		args []string
+		want string // in the error; "" for none
+	}{
+		"level":       {map[string]string{"FAIRWAY_LOG_LEVEL": "loud"}, nil, `log level "loud"`},
+		"format":      {map[string]string{"FAIRWAY_LOG_FORMAT": "xml"}, nil, `log format "xml"`},
+		"flag wins":   {map[string]string{"FAIRWAY_LOG_LEVEL": "loud"}, []string{"--log-level", "error"}, ""},
+		"not given":   {nil, nil, ""},
+		"flag itself": {nil, []string{"--log-format", "yaml"}, `log format "yaml"`},
+	} {
+		env := map[string]string{"DATABASE_URL": dsn}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		_, _, err := fairwayEnv(t, env, append([]string{"tenants", "list"}, tc.args...)...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error saying %s", name, err, tc.want)
+		}
+	}
+}
+
+// The binary: --help exits 0 and shows on each command the connection
+// and log flags it uses, with their variables, and no others; a password
+// in the environment never shows; --version names the commit.
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(testenv.BuildCommands(t, "fairway"), "fairway")
+	secrets := []string{"NATS_URL=nats://operator:hunter2@n:4222", "DATABASE_URL=postgres://fairway:hunter2@db/fairway"}
+	for _, tc := range []struct {
+		args         []string
+		want, absent []string
+	}{
+		{[]string{"--help"}, []string{"status", "tenants", "--version"}, []string{"--database-url", "--nats-url", "--log-level"}},
+		{[]string{"status", "--help"}, []string{"(env DATABASE_URL, set)", "(env NATS_URL, set)", "(env NATS_CREDS)", "(env FAIRWAY_LOG_LEVEL)", "(env FAIRWAY_LOG_FORMAT)"}, nil},
+		{[]string{"tenants", "list", "--help"}, []string{"(env DATABASE_URL, set)", "(env FAIRWAY_LOG_LEVEL)"}, []string{"--nats-url"}},
+		{[]string{"dlq", "list", "--help"}, []string{"(env NATS_URL, set)"}, []string{"--database-url"}},
+		{[]string{"migrate", "--help"}, []string{"(env DATABASE_URL, set)"}, []string{"--nats-url", "--log-level"}},
+		{[]string{"serve", "--help"}, []string{"(env FAIRWAY_SERVE_LISTEN)", "(env FAIRWAY_SERVE_TLS_CERT)", "(env NATS_URL, set)"}, nil},
+	} {
+		out, errOut, code := testenv.RunCommand(t, bin, secrets, tc.args...)
+		if code != 0 || errOut != "" {
+			t.Errorf("%s: exit %d, stderr %q", tc.args, code, errOut)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s lacks %q:\n%s", tc.args, w, out)
+			}
+		}
+		for _, a := range append(tc.absent, "hunter2") {
+			if strings.Contains(out, a) {
+				t.Errorf("%s shows %q:\n%s", tc.args, a, out)
+			}
+		}
+	}
+	out, errOut, code := testenv.RunCommand(t, bin, nil, "--version")
+	if code != 0 || errOut != "" {
+		t.Fatalf("--version: exit %d, stderr %q", code, errOut)
+	}
+	testenv.CheckVersion(t, "fairway", out)
+	if _, errOut, code := testenv.RunCommand(t, bin, nil, "status", "--no-such-flag"); code != 2 || !strings.Contains(errOut, "--no-such-flag") {
+		t.Errorf("an unknown flag: exit %d, %q; want 2", code, errOut)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dashboard"
@@ -26,6 +27,7 @@ const demoDB = "fairway_demo"
 func (c *cli) demoCmd() *cobra.Command {
 	var cfg demo.Config
 	var listen string
+	var logCfg bootstrap.LogConfig
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole pipeline in one process: a noisy tenant's catalog import next to many small tenants, with a live view",
@@ -47,7 +49,7 @@ much was not. Ctrl-C stops at once, with the summary.`,
 			if c.databaseURL == "" {
 				return usageError{errors.New("set DATABASE_URL (make demo does this for you)")}
 			}
-			return c.runDemo(cmd.Context(), cfg, listen, demoDB)
+			return c.runDemo(cmd.Context(), cfg, listen, demoDB, logCfg)
 		},
 	}
 	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "stop after at most this long, applied or not (default: no limit; it stops once every destination applied everything)")
@@ -55,18 +57,21 @@ much was not. Ctrl-C stops at once, with the summary.`,
 	cmd.Flags().IntVar(&cfg.SmallTenants, "small-tenants", 12, "small tenants publishing steadily")
 	cmd.Flags().Float64Var(&cfg.SmallRate, "small-rate", 5, "events per second per small tenant")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "ingest HTTP address")
+	c.addFlags(cmd.Flags(), usesDatabase)
+	// The pipeline logs to a file, at info unless told otherwise.
+	c.envFlags(cmd.Flags(), "", func(fs *pflag.FlagSet) { logCfg.RegisterFlags(fs, "info") })
 	return cmd
 }
 
 // runDemo runs the demo on the PostgreSQL and ClickHouse databases named
-// database (recreated).
-func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen, database string) error {
+// database (recreated); the pipeline logs to a file as logCfg says.
+func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen, database string, logCfg bootstrap.LogConfig) error {
 	logFile, err := os.CreateTemp("", "fairway-demo-*.log")
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	log, err := bootstrap.NewLogger(logFile, c.logFormat, "info")
+	log, err := logCfg.New(logFile)
 	if err != nil {
 		return usageError{err}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/demo"
 	"github.com/fairwayhq/fairway/internal/testenv"
 )
@@ -55,11 +56,11 @@ func TestDemoStopsWhenEverythingIsApplied(t *testing.T) {
 			return chAddr
 		}
 		return ""
-	}, out: &out, errOut: io.Discard, databaseURL: admin, logFormat: "text", logLevel: "warn"}
+	}, out: &out, errOut: io.Discard, databaseURL: admin}
 
 	const duration = 2 * time.Minute
 	start := time.Now()
-	err := c.runDemo(ctx, demo.Config{Duration: duration, NoisyRows: 2_000, SmallTenants: 2, SmallRate: 5}, "127.0.0.1:0", db)
+	err := c.runDemo(ctx, demo.Config{Duration: duration, NoisyRows: 2_000, SmallTenants: 2, SmallRate: 5}, "127.0.0.1:0", db, bootstrap.LogConfig{Format: "text", Level: "info"})
 	elapsed := time.Since(start)
 	got := out.String()
 	if m := regexp.MustCompile(`logs: (\S+)`).FindStringSubmatch(got); m != nil {

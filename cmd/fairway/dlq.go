@@ -35,6 +35,7 @@ redriven.`,
 	}
 	cmd.PersistentFlags().StringVar(&f.stream, "stream", dlq.StreamName, "dead-letter stream")
 	cmd.AddCommand(c.dlqListCmd(f), c.dlqShowCmd(f), c.dlqRedriveCmd(f), c.dlqRmCmd(f))
+	c.addFlags(cmd.PersistentFlags(), usesNATS)
 	return cmd
 }
 

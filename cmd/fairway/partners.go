@@ -33,6 +33,7 @@ given. A secret is printed only when fairway generates it
 		c.partnersEnableCmd("enable", true), c.partnersEnableCmd("disable", false),
 		c.partnersSetSigningCmd(), c.partnersRotateSecretCmd(),
 		c.partnersSetTransformCmd(), c.partnersSetBatchCmd(), c.partnersDeliveriesCmd())
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fairwayhq/fairway/internal/bootstrap"
+
 	"github.com/fairwayhq/fairway/internal/sink/sinktest"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/sinks/b2b"
@@ -23,7 +25,7 @@ func TestPartnersTransformBatchDeliveriesCmd(t *testing.T) {
 	env := map[string]string{"WHSEC": b2b.WebhookSecret(rcvSecret)}
 	run := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer
-		c := &cli{getenv: func(k string) string { return env[k] }, out: &out, errOut: &errOut, databaseURL: dsn, logFormat: "text", logLevel: "warn"}
+		c := &cli{getenv: func(k string) string { return env[k] }, out: &out, errOut: &errOut, databaseURL: dsn, log: bootstrap.LogConfig{Format: "text", Level: "warn"}}
 		cmd := c.partnersCmd()
 		cmd.SetArgs(args)
 		cmd.SetOut(&out)

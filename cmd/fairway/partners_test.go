@@ -30,9 +30,9 @@ func TestPartnersCmd(t *testing.T) {
 	}
 	run := func(args ...string) (string, string, error) {
 		var out, errOut bytes.Buffer
-		c := &cli{getenv: func(k string) string { return env[k] }, out: &out, errOut: &errOut, databaseURL: dsn, logFormat: "text", logLevel: "warn"}
+		c := &cli{getenv: func(k string) string { return env[k] }, out: &out, errOut: &errOut}
 		cmd := c.partnersCmd()
-		cmd.SetArgs(args)
+		cmd.SetArgs(append(args, "--database-url", dsn))
 		cmd.SetOut(&out)
 		cmd.SetErr(&errOut)
 		err := cmd.ExecuteContext(context.Background())
@@ -145,6 +145,11 @@ func TestPartnersCmd(t *testing.T) {
 			t.Errorf("partners %v succeeded: %s", bad, out)
 		}
 		all.WriteString(out + errOut + err.Error())
+	}
+	// An http URL is refused with the flag that permits it.
+	if _, _, err := run("add", "acme", "x", "--url", "http://plain.example/hook", "--secret-env", "WHSEC"); err == nil ||
+		!strings.Contains(err.Error(), "is http") || !strings.Contains(err.Error(), "--allow-insecure-http") {
+		t.Errorf("an http URL: %v, want an error naming --allow-insecure-http", err)
 	}
 	var ue usageError
 	if _, _, err := run("add", "acme", "x", "--url", "https://ok.example"); !errors.As(err, &ue) {

@@ -110,6 +110,7 @@ seconds with --wait, or starts the replay and returns.`,
 	f.BoolVar(&noWait, "no-wait", false, "start the replay and return")
 	f.DurationVar(&refresh, "refresh", time.Second, "how often progress is read")
 	cmd.AddCommand(c.replayStatusCmd(), c.replayCancelCmd())
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesNATS|usesLog)
 	return cmd
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/migrate"
@@ -25,8 +25,7 @@ type cli struct {
 	out, errOut io.Writer
 	databaseURL string
 	nats        bootstrap.NATSConfig
-	logFormat   string
-	logLevel    string
+	log         bootstrap.LogConfig
 }
 
 func newRootCmd(getenv func(string) string, out, errOut io.Writer) *cobra.Command {
@@ -34,24 +33,65 @@ func newRootCmd(getenv func(string) string, out, errOut io.Writer) *cobra.Comman
 	root := &cobra.Command{
 		Use:           "fairway",
 		Short:         "Operate fairway: a fair, slot-limited multi-tenant product sync pipeline",
+		Version:       bootstrap.Version("fairway"),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// The flags a command was not given take their environment
+		// variables (DATABASE_URL, NATS_URL, FAIRWAY_LOG_LEVEL, …).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bootstrap.ApplyEnv(cmd.Flags(), getenv); err != nil {
+				return usageError{err}
+			}
+			return nil
+		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.PersistentFlags().StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
-	natsFlags := flag.NewFlagSet("nats", flag.ContinueOnError)
-	c.nats.RegisterFlags(natsFlags, getenv)
-	root.PersistentFlags().AddGoFlagSet(natsFlags)
-	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "text", "text or json")
-	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "warn", "debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(c.migrateCmd(), c.tenantsCmd(), c.adminTokenCmd(), c.tokensCmd(), c.demoCmd(), c.statusCmd(), c.partnersCmd(), c.dlqCmd(), c.replayCmd(), c.cursorsCmd(), c.serveCmd())
 	return root
 }
 
+// uses says which connection and log flags a command takes; a command
+// shows in --help only those it uses.
+type uses int
+
+const (
+	usesDatabase uses = 1 << iota // --database-url (DATABASE_URL)
+	usesNATS                      // --nats-url, --nats-creds, … (NATS_URL, NATS_CREDS, …)
+	usesLog                       // --log-format, --log-level (FAIRWAY_LOG_FORMAT, FAIRWAY_LOG_LEVEL)
+)
+
+// addFlags adds the flags of u to fs: the persistent flags of a command
+// with subcommands, or a command's own.
+func (c *cli) addFlags(fs *pflag.FlagSet, u uses) {
+	c.envFlags(fs, "", func(g *pflag.FlagSet) {
+		if u&usesDatabase != 0 {
+			g.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL")
+			bootstrap.SetEnv(g, "database-url", "DATABASE_URL")
+		}
+		if u&usesNATS != 0 {
+			c.nats.RegisterFlags(g)
+		}
+		if u&usesLog != 0 {
+			c.log.RegisterFlags(g, "warn")
+		}
+	})
+}
+
+// envFlags adds the flags register registers to fs, each read from its
+// environment variable when not given (bootstrap.BindEnv: the variable
+// SetEnv named, else prefix and the flag's name).
+func (c *cli) envFlags(fs *pflag.FlagSet, prefix string, register func(*pflag.FlagSet)) {
+	g := pflag.NewFlagSet("", pflag.ContinueOnError)
+	register(g)
+	bootstrap.BindEnv(g, prefix, c.getenv)
+	fs.AddFlagSet(g)
+}
+
 func (c *cli) logger() (*slog.Logger, error) {
-	return bootstrap.NewLogger(c.errOut, c.logFormat, c.logLevel)
+	return c.log.New(c.errOut)
 }
 
 // store opens PostgreSQL (migrating it) and a tenancy store on it.
@@ -78,7 +118,7 @@ func (c *cli) store(ctx context.Context) (*tenancy.Store, *pgxpool.Pool, error) 
 }
 
 func (c *cli) migrateCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending PostgreSQL schema migrations (services also do this at start)",
 		Args:  cobra.NoArgs,
@@ -99,4 +139,6 @@ func (c *cli) migrateCmd() *cobra.Command {
 			return nil
 		},
 	}
+	c.addFlags(cmd.Flags(), usesDatabase)
+	return cmd
 }

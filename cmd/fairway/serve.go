@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dashboard"
@@ -20,10 +20,7 @@ import (
 
 // serveListenDefault is where `fairway serve` listens: loopback, where the
 // dashboard needs no token (dashboardTokens).
-const serveListenDefault = "127.0.0.1:8090"
-
-// serveSinkMetricsEnv holds the default of `fairway serve --sink-metrics`.
-const serveSinkMetricsEnv = "FAIRWAY_SERVE_SINK_METRICS"
+const serveListenDefault = bootstrap.DashboardListenDefault
 
 func (c *cli) serveCmd() *cobra.Command {
 	var listen string
@@ -62,15 +59,16 @@ With --tls-cert and --tls-key it serves HTTPS.`,
 			return c.runServe(cmd.Context(), listen, requireToken, sinkMetrics, tlsFiles, cfg)
 		},
 	}
-	cmd.Flags().StringSliceVar(&sinkMetrics, "sink-metrics", splitList(c.getenv(serveSinkMetricsEnv)),
-		"/metrics of every sinks process (host:port of its --listen, or a URL), comma-separated, for events/s and p95 per destination (env "+serveSinkMetricsEnv+")")
-	cmd.Flags().BoolVar(&requireToken, "require-token", false, "ask for a token on loopback too (always asked beyond loopback)")
-	cmd.Flags().StringVar(&listen, "listen", serveListenDefault, "HTTP address of the dashboard")
-	cmd.Flags().IntVar(&cfg.PageSize, "page-size", dashboard.PageSizeDefault, fmt.Sprintf("tenants per page, the most backlog first (at most %d)", dashboard.PageSizeMax))
-	cmd.Flags().DurationVar(&cfg.Refresh, "refresh", dashboard.RefreshDefault, "how often the page refreshes (and status is read)")
-	tlsFlags := flag.NewFlagSet("tls", flag.ContinueOnError)
-	tlsFiles.RegisterFlags(tlsFlags, "FAIRWAY_SERVE_", c.getenv)
-	cmd.Flags().AddGoFlagSet(tlsFlags)
+	c.envFlags(cmd.Flags(), "FAIRWAY_SERVE_", func(fs *pflag.FlagSet) {
+		fs.StringSliceVar(&sinkMetrics, "sink-metrics", nil,
+			"/metrics of every sinks process (host:port of its --listen, or a URL), comma-separated, for events/s and p95 per destination")
+		fs.BoolVar(&requireToken, "require-token", false, "ask for a token on loopback too (always asked beyond loopback)")
+		fs.StringVar(&listen, "listen", serveListenDefault, "HTTP address of the dashboard")
+		fs.IntVar(&cfg.PageSize, "page-size", dashboard.PageSizeDefault, fmt.Sprintf("tenants per page, the most backlog first (at most %d)", dashboard.PageSizeMax))
+		fs.DurationVar(&cfg.Refresh, "refresh", dashboard.RefreshDefault, "how often the page refreshes (and status is read)")
+		tlsFiles.RegisterFlags(fs, "FAIRWAY_SERVE_")
+	})
+	c.addFlags(cmd.Flags(), usesDatabase|usesNATS|usesLog)
 	return cmd
 }
 
@@ -85,6 +83,9 @@ func (c *cli) runServe(ctx context.Context, listen string, requireToken bool, si
 	}
 	var sources []dashboard.MetricsSource
 	for _, u := range sinkMetrics {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
 		src, err := dashboard.Scrape(u, nil)
 		if err != nil {
 			return usageError{fmt.Errorf("--sink-metrics: %w", err)}
@@ -165,15 +166,4 @@ func (c *cli) runServe(ctx context.Context, listen string, requireToken bool, si
 	srv := bootstrap.HTTPServer(mux, log)
 	srv.TLSConfig = tlsConfig
 	return bootstrap.Serve(ctx, srv, ln, 5*time.Second)
-}
-
-// splitList splits a comma-separated list, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }

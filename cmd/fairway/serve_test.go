@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dashboard"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -281,10 +280,8 @@ func startServe(t *testing.T, ctx context.Context, dsn, natsURL string, args ...
 func startServeEnv(t *testing.T, ctx context.Context, dsn, natsURL string, env map[string]string, args ...string) (base, authLine, metricsLine string, stop func(), done <-chan error) {
 	t.Helper()
 	out := make(lines, 16)
-	c := &cli{getenv: func(k string) string { return env[k] }, out: out, errOut: io.Discard,
-		databaseURL: dsn, nats: bootstrap.NATSConfig{URL: natsURL}, logFormat: "text", logLevel: "warn"}
-	cmd := c.serveCmd()
-	cmd.SetArgs(args)
+	cmd := newRootCmd(func(k string) string { return env[k] }, out, io.Discard)
+	cmd.SetArgs(append([]string{"serve", "--database-url", dsn, "--nats-url", natsURL}, args...))
 	runCtx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	result := make(chan error, 1)

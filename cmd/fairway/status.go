@@ -60,6 +60,7 @@ func (c *cli) statusCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	c.addFlags(cmd.Flags(), usesDatabase|usesNATS|usesLog)
 	return cmd
 }
 

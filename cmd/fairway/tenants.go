@@ -1,11 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 func (c *cli) tenantsCmd() *cobra.Command {
@@ -15,6 +19,7 @@ func (c *cli) tenantsCmd() *cobra.Command {
 	}
 	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsTokenCmd(),
 		c.tenantsPauseCmd("pause", true), c.tenantsPauseCmd("resume", false))
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
 }
 
@@ -31,6 +36,9 @@ func (c *cli) tenantsCreateCmd() *cobra.Command {
 			}
 			defer pool.Close()
 			t, tok, err := st.CreateTenant(cmd.Context(), args[0], name)
+			if errors.Is(err, tenancy.ErrTenantExists) {
+				return fmt.Errorf("%w; fairway tenants token %s issues another token for it", err, args[0])
+			}
 			if err != nil {
 				return err
 			}
@@ -67,8 +75,11 @@ func (c *cli) tenantsTokenCmd() *cobra.Command {
 func (c *cli) tenantsListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List tenants with their weights and per-destination limits",
-		Args:  cobra.NoArgs,
+		Short: "List tenants with their weights, per-destination limits and pauses",
+		Long: `list prints a row per tenant and destination. PAUSED says what holds the
+destination back: tenant (fairway tenants pause <tenant>), dest (fairway
+tenants pause <tenant> --dest <destination>), both, or no.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, pool, err := c.store(cmd.Context())
 			if err != nil {
@@ -87,19 +98,35 @@ func (c *cli) tenantsListCmd() *cobra.Command {
 					return err
 				}
 				if len(ls) == 0 {
-					fmt.Fprintf(w, "%s\t%d\t%v\t-\t-\t-\t-\n", t.ID, t.Weight, t.Paused)
+					fmt.Fprintf(w, "%s\t%d\t%s\t-\t-\t-\t-\n", t.ID, t.Weight, pausedBy(t.Paused, false))
 				}
 				for _, l := range ls {
 					dw := "-"
 					if l.Weight > 0 {
 						dw = strconv.Itoa(l.Weight)
 					}
-					fmt.Fprintf(w, "%s\t%d\t%v\t%s\t%d\t%d\t%s\n", t.ID, t.Weight, t.Paused, l.Dest, l.MaxSlots, l.InUse, dw)
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", t.ID, t.Weight, pausedBy(t.Paused, l.Paused), l.Dest, l.MaxSlots, l.InUse, dw)
 				}
 			}
 			return w.Flush()
 		},
 	}
+}
+
+// pausedBy is the PAUSED column of tenants list: what holds a destination
+// of a tenant back.
+func pausedBy(tenant, dest bool) string {
+	var by []string
+	if tenant {
+		by = append(by, "tenant")
+	}
+	if dest {
+		by = append(by, "dest")
+	}
+	if by == nil {
+		return "no"
+	}
+	return strings.Join(by, ",")
 }
 
 func (c *cli) tenantsSetLimitCmd() *cobra.Command {
@@ -186,6 +213,7 @@ func (c *cli) adminTokenCmd() *cobra.Command {
 	}
 	create.Flags().StringVar(&name, "name", "operator", "who the token is for")
 	cmd.AddCommand(create)
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
 }
 

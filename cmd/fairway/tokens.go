@@ -21,6 +21,7 @@ func (c *cli) tokensCmd() *cobra.Command {
 		Short: "List and revoke API tokens (tenant and admin); issue them with tenants create|token and admin-token create",
 	}
 	cmd.AddCommand(c.tokensListCmd(), c.tokensRevokeCmd())
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
 }
 

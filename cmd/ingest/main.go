@@ -5,12 +5,15 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/ingest"
@@ -18,12 +21,15 @@ import (
 )
 
 func main() {
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
-	if err != nil {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stdout)
+	switch {
+	case errors.Is(err, bootstrap.ErrHelp), errors.Is(err, bootstrap.ErrVersion):
+		os.Exit(0)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "ingest:", err)
 		os.Exit(2)
 	}
-	log, err := bootstrap.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	log, err := cfg.Log.New(os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ingest:", err)
 		os.Exit(2)
@@ -37,19 +43,24 @@ func main() {
 	}
 }
 
-func parseConfig(args []string, getenv func(string) string) (Config, error) {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
+// command is ingest's --help and --version.
+var command = bootstrap.Command{
+	Name: "ingest",
+	Summary: `ingest is fairway's HTTP entry for upstream systems: it accepts product
+events and CSV catalog imports per tenant (docs/ingest-api.md) and stores
+them in the PRODUCTS stream, which it creates.`,
+}
+
+// parseConfig reads the command line and the environment (getenv); --help
+// and --version print to out and return bootstrap.ErrHelp or ErrVersion.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var c Config
-	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
-	fs.StringVar(&c.Listen, "listen", env("FAIRWAY_INGEST_LISTEN", "127.0.0.1:8080"), "HTTP listen address (env FAIRWAY_INGEST_LISTEN)")
-	c.TLS.RegisterFlags(fs, "FAIRWAY_INGEST_", getenv)
-	c.NATS.RegisterFlags(fs, getenv)
-	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL, required)")
+	fs := pflag.NewFlagSet("ingest", pflag.ContinueOnError)
+	fs.StringVar(&c.Listen, "listen", bootstrap.IngestListenDefault, "HTTP listen address of the API, /metrics and /healthz")
+	c.TLS.RegisterFlags(fs, "FAIRWAY_INGEST_")
+	c.NATS.RegisterFlags(fs)
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (required)")
+	bootstrap.SetEnv(fs, "database-url", "DATABASE_URL")
 	fs.IntVar(&c.Stream.Replicas, "replicas", 1, "PRODUCTS stream replicas (3 in a cluster)")
 	fs.DurationVar(&c.Stream.MaxAge, "max-age", events.StreamConfig{}.WithDefaults().MaxAge, "how long PRODUCTS keeps events: the replay horizon")
 	fs.Int64Var(&c.Ingest.MaxBodyBytes, "max-body", ingest.MaxBodyBytesDefault, "largest events request body in bytes")
@@ -58,12 +69,12 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.Int64Var(&c.Ingest.UploadMinRate, "upload-min-rate", ingest.UploadMinRateDefault, "slowest average rate in bytes/s at which a CSV upload may arrive after --upload-grace; a slower one is cut with 408")
 	fs.DurationVar(&c.Ingest.UploadGrace, "upload-grace", ingest.UploadGraceDefault, "time a CSV upload has before --upload-min-rate counts")
 	fs.DurationVar(&c.Ingest.UploadTimeout, "upload-timeout", ingest.UploadTimeoutDefault, "longest time one CSV upload may take to arrive")
-	fs.StringVar(&c.Ingest.SpoolDir, "spool-dir", env("FAIRWAY_SPOOL_DIR", ""), "directory for CSV uploads in progress (default $TMPDIR/fairway-imports)")
-	fs.StringVar(&c.Ingest.Node, "node", env("FAIRWAY_NODE", ""), "name of this instance; it resumes its own unfinished imports (default host name)")
-	fs.StringVar(&c.LogFormat, "log-format", env("FAIRWAY_LOG_FORMAT", "text"), "text or json")
-	fs.StringVar(&c.LogLevel, "log-level", env("FAIRWAY_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.StringVar(&c.Ingest.SpoolDir, "spool-dir", "", "directory for CSV uploads in progress; keep it across restarts (default $TMPDIR/fairway-imports)")
+	fs.StringVar(&c.Ingest.Node, "node", "", "name of this instance; it resumes its own unfinished imports (default host name)")
+	c.Log.RegisterFlags(fs, "info")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
-	if err := fs.Parse(args); err != nil {
+	bootstrap.BindEnv(fs, "FAIRWAY_INGEST_", getenv)
+	if err := command.Parse(fs, args, getenv, out); err != nil {
 		return c, err
 	}
 	if c.DatabaseURL == "" {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestParseConfig(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": "postgres://x@h/db", "NATS_URL": "nats://n:4222", "FAIRWAY_INGEST_LISTEN": ":9000",
 		"NATS_CREDS": "/run/ingest.creds", "FAIRWAY_INGEST_TLS_CERT": "/run/cert.pem", "FAIRWAY_INGEST_TLS_KEY": "/run/key.pem"}
-	c, err := parseConfig([]string{"--max-events", "50", "--nats-ca", "/run/ca.pem"}, func(k string) string { return env[k] })
+	c, err := parseConfig([]string{"--max-events", "50", "--nats-ca", "/run/ca.pem"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,15 +40,57 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("upload limits %+v, want the defaults", c.Ingest)
 	}
 	c, err = parseConfig([]string{"--max-csv-record", "4096", "--upload-min-rate", "1000", "--upload-grace", "5s", "--upload-timeout", "1h"},
-		func(k string) string { return env[k] })
+		func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Ingest.MaxCSVRecordBytes != 4096 || c.Ingest.UploadMinRate != 1000 || c.Ingest.UploadGrace != 5*time.Second || c.Ingest.UploadTimeout != time.Hour {
 		t.Fatalf("upload limits %+v", c.Ingest)
 	}
-	if _, err := parseConfig(nil, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+	if _, err := parseConfig(nil, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("missing DATABASE_URL: %v", err)
+	}
+	// Every flag has a variable: these are read when no flag is given.
+	env = map[string]string{"DATABASE_URL": "postgres://x@h/db", "FAIRWAY_INGEST_SPOOL_DIR": "/var/lib/fairway/imports",
+		"FAIRWAY_INGEST_NODE": "n1", "FAIRWAY_INGEST_MAX_EVENTS": "7", "FAIRWAY_INGEST_SHUTDOWN_GRACE": "3s",
+		"FAIRWAY_LOG_LEVEL": "debug", "FAIRWAY_LOG_FORMAT": "json"}
+	c, err = parseConfig(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ingest.SpoolDir != "/var/lib/fairway/imports" || c.Ingest.Node != "n1" || c.Ingest.MaxEvents != 7 || c.ShutdownGrace != 3*time.Second ||
+		c.Log != (bootstrap.LogConfig{Format: "json", Level: "debug"}) || c.Listen != bootstrap.IngestListenDefault {
+		t.Fatalf("config from the environment %+v", c)
+	}
+}
+
+// The binary: --help exits 0 and names every variable, never a password
+// from the environment; --version names the commit; flags take two
+// dashes.
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(testenv.BuildCommands(t, "ingest"), "ingest")
+	secrets := []string{"NATS_URL=nats://ingest:hunter2@n:4222", "DATABASE_URL=postgres://fairway:hunter2@db/fairway"}
+	out, errOut, code := testenv.RunCommand(t, bin, secrets, "--help")
+	if code != 0 || errOut != "" {
+		t.Fatalf("--help: exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"--listen", "(env FAIRWAY_INGEST_LISTEN)", "(env NATS_URL, set)", "(env DATABASE_URL, set)", "(env NATS_CREDS)",
+		"(env FAIRWAY_INGEST_TLS_CERT)", "(env FAIRWAY_INGEST_SPOOL_DIR)", "(env FAIRWAY_LOG_LEVEL)", "(env FAIRWAY_LOG_FORMAT)", "--version"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("--help shows a password from the environment:\n%s", out)
+	}
+	out, errOut, code = testenv.RunCommand(t, bin, nil, "--version")
+	if code != 0 || errOut != "" {
+		t.Fatalf("--version: exit %d, stderr %q", code, errOut)
+	}
+	testenv.CheckVersion(t, "ingest", out)
+	if _, errOut, code = testenv.RunCommand(t, bin, nil, "-listen", ":1"); code != 2 || !strings.Contains(errOut, "--listen") {
+		t.Errorf("-listen: exit %d, %q; want 2 and the two-dash spelling", code, errOut)
 	}
 }
 
@@ -90,7 +133,7 @@ func TestRunTLS(t *testing.T) {
 		"NATS_URL": ns.ClientURL(), "NATS_CREDS": ns.Creds, "NATS_CA": ns.TLS.CA, "NATS_CERT": ns.TLS.ClientCert, "NATS_KEY": ns.TLS.ClientKey,
 		"FAIRWAY_INGEST_TLS_CERT": web.ServerCert, "FAIRWAY_INGEST_TLS_KEY": web.ServerKey,
 	}
-	cfg, err := parseConfig([]string{"--spool-dir", t.TempDir(), "--shutdown-grace", "5s"}, func(k string) string { return env[k] })
+	cfg, err := parseConfig([]string{"--spool-dir", t.TempDir(), "--shutdown-grace", "5s"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

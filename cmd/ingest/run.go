@@ -21,8 +21,7 @@ type Config struct {
 	DatabaseURL   string
 	Stream        events.StreamConfig
 	Ingest        ingest.Config
-	LogFormat     string
-	LogLevel      string
+	Log           bootstrap.LogConfig
 	ShutdownGrace time.Duration
 }
 

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
@@ -18,7 +19,8 @@ import (
 type Config struct {
 	// Dest is postgres, clickhouse or b2b:<partner>. Required.
 	Dest string
-	// Listen serves /metrics and /healthz. Default 127.0.0.1:9102.
+	// Listen serves /metrics and /healthz. Default
+	// bootstrap.SinksListenDefault(Dest): a port per destination.
 	Listen string
 	// NATS is where NATS is and how to authenticate (--nats-url, NATS_URL,
 	// and the other bootstrap.NATSConfig flags).
@@ -51,27 +53,40 @@ type Config struct {
 	// Runner is the runtime's configuration (concurrency, fetch batch,
 	// AckWait, MaxDeliver, backoff, …); see runner.Config.
 	Runner        runner.Config
-	LogFormat     string
-	LogLevel      string
+	Log           bootstrap.LogConfig
 	ShutdownGrace time.Duration
 }
 
-func parseConfig(args []string, getenv func(string) string) (Config, error) {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
+// command is the sinks' --help and --version.
+var command = bootstrap.Command{
+	Name: "sinks",
+	Summary: `sinks applies one destination's work items from stream WORK (--dest):
+postgres, clickhouse or b2b:<partner>, with retries, dead letters, /metrics
+and /healthz (docs/sinks.md). Run one process or more per destination.`,
+	EnvOnly: []bootstrap.EnvVar{{Name: b2b.SecretKeyEnv,
+		Usage: "32-byte key (64 hex digits or base64) that decrypts partner secrets, for --dest b2b:<partner>: the key fairway partners add encrypted them with"}},
+	Notes: `Default --listen by destination: postgres ` + bootstrap.SinksPostgresListenDefault + `, clickhouse ` +
+		bootstrap.SinksClickHouseListenDefault + `,
+b2b:<partner> ` + bootstrap.SinksB2BListenDefault + ` (a free port, logged at start; give each partner's sinks a
+--listen to scrape them at a fixed address).
+A second replica of one destination on the same host needs a --listen of its own.`,
+}
+
+// parseConfig reads the command line and the environment (getenv); --help
+// and --version print to out and return bootstrap.ErrHelp or ErrVersion.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var c Config
 	r := &c.Runner
-	fs := flag.NewFlagSet("sinks", flag.ContinueOnError)
-	fs.StringVar(&c.Dest, "dest", env("FAIRWAY_SINK_DEST", ""), "destination: postgres, clickhouse or b2b:<partner> (env FAIRWAY_SINK_DEST, required)")
-	fs.StringVar(&c.Listen, "listen", env("FAIRWAY_SINKS_LISTEN", "127.0.0.1:9102"), "HTTP address for /metrics and /healthz (env FAIRWAY_SINKS_LISTEN)")
-	c.NATS.RegisterFlags(fs, getenv)
-	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL: slot leases, and the catalog for --dest postgres (env DATABASE_URL, required)")
-	fs.StringVar(&c.ClickHouseAddr, "clickhouse-addr", env("CLICKHOUSE_ADDR", clickhouse.AddrDefault), "ClickHouse native address host:port (env CLICKHOUSE_ADDR)")
-	fs.StringVar(&c.ClickHouseDatabase, "clickhouse-database", env("CLICKHOUSE_DATABASE", clickhouse.DatabaseDefault), "ClickHouse database (env CLICKHOUSE_DATABASE)")
+	fs := pflag.NewFlagSet("sinks", pflag.ContinueOnError)
+	fs.StringVar(&c.Dest, "dest", "", "destination: postgres, clickhouse or b2b:<partner> (required)")
+	fs.StringVar(&c.Listen, "listen", "", "HTTP address for /metrics and /healthz (default by --dest, below)")
+	c.NATS.RegisterFlags(fs)
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL: slot leases, and the catalog for --dest postgres (required)")
+	bootstrap.SetEnv(fs, "database-url", "DATABASE_URL")
+	fs.StringVar(&c.ClickHouseAddr, "clickhouse-addr", clickhouse.AddrDefault, "ClickHouse native address host:port")
+	bootstrap.SetEnv(fs, "clickhouse-addr", "CLICKHOUSE_ADDR")
+	fs.StringVar(&c.ClickHouseDatabase, "clickhouse-database", clickhouse.DatabaseDefault, "ClickHouse database")
+	bootstrap.SetEnv(fs, "clickhouse-database", "CLICKHOUSE_DATABASE")
 	fs.DurationVar(&c.ClickHouseLinger, "clickhouse-linger", clickhouse.LingerDefault, "ClickHouse group commit: how long an insert waits for the callers of the last one to queue again (0: never waits)")
 	fs.IntVar(&c.ClickHouseGroupRows, "clickhouse-group-rows", clickhouse.GroupRowsDefault, "ClickHouse group commit: most rows in one combined INSERT (negative: no group commit, one INSERT per work item)")
 	fs.IntVar(&c.ClickHouseFillRows, "clickhouse-fill-rows", clickhouse.FillRowsDefault, "ClickHouse group commit: an insert of caught-up tenants' items only waits until it has this many rows...")
@@ -89,14 +104,11 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&r.Backoff.MaxElapsed, "backoff-max-elapsed", runner.BackoffElapsedDefault, "how long transient failures of one item are retried before dead-lettering")
 	fs.Float64Var(&r.Backoff.Multiplier, "backoff-multiplier", runner.BackoffMultiplierDefault, "growth of the retry delay")
 	fs.Float64Var(&r.Backoff.Randomization, "backoff-jitter", runner.BackoffRandomizationDefault, "retry delay jitter factor in [0, 1]")
-	fs.StringVar(&c.LogFormat, "log-format", env("FAIRWAY_LOG_FORMAT", "text"), "text or json")
-	fs.StringVar(&c.LogLevel, "log-level", env("FAIRWAY_LOG_LEVEL", "info"), "debug, info, warn or error")
+	c.Log.RegisterFlags(fs, "info")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", runner.ShutdownGraceDefault, "time items inside Apply get to finish on shutdown before they are handed back")
-	if err := fs.Parse(args); err != nil {
+	bootstrap.BindEnv(fs, "FAIRWAY_SINKS_", getenv)
+	if err := command.Parse(fs, args, getenv, out); err != nil {
 		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	switch {
 	case c.Dest == "":
@@ -116,7 +128,10 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	if c.ClickHouseLinger == 0 {
 		c.ClickHouseLinger = -1 // an explicit 0 means no lingering
 	}
-	if c.Dest == "clickhouse" && !isSet(fs, "concurrency") {
+	if c.Listen == "" {
+		c.Listen = bootstrap.SinksListenDefault(c.Dest)
+	}
+	if c.Dest == "clickhouse" && !bootstrap.Changed(fs, "concurrency") {
 		r.Concurrency = clickhouse.ConcurrencyDefault
 	}
 	if c.ClickHouseFillWait == 0 {
@@ -130,17 +145,13 @@ func parseConfig(args []string, getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
-func newLogger(c Config) (*slog.Logger, error) {
-	log, err := bootstrap.NewLogger(os.Stderr, c.LogFormat, c.LogLevel)
+// newLogger returns the logger of the process. It does not carry the
+// destination: the runner and the B2B sink add dest= to their lines, and
+// run adds it to its own.
+func newLogger(c Config, w io.Writer) (*slog.Logger, error) {
+	log, err := c.Log.New(w)
 	if err != nil {
 		return nil, err
 	}
-	return log.With("service", "sinks", "dest", c.Dest), nil
-}
-
-// isSet says whether the command line gave flag name.
-func isSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
+	return log.With("service", "sinks"), nil
 }

@@ -8,23 +8,24 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fairwayhq/fairway/internal/bootstrap"
 )
 
 func main() {
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stdout)
+	switch {
+	case errors.Is(err, bootstrap.ErrHelp), errors.Is(err, bootstrap.ErrVersion):
 		os.Exit(0)
-	}
-	if err != nil {
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "sinks:", err)
 		os.Exit(2)
 	}
-	log, err := newLogger(cfg)
+	log, err := newLogger(cfg, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sinks:", err)
 		os.Exit(2)

@@ -1,20 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -32,7 +34,7 @@ func TestParseConfig(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	c, err := parseConfig([]string{"--dest", "clickhouse", "--concurrency", "8", "--ack-wait", "1m", "--max-deliver", "5",
 		"--backoff-initial", "1s", "--backoff-max", "1m", "--backoff-max-elapsed", "1h", "--backoff-jitter", "0",
-		"--clickhouse-linger", "0", "--clickhouse-group-rows", "-1", "--clickhouse-fill-rows", "2000", "--clickhouse-fill-wait", "0"}, getenv)
+		"--clickhouse-linger", "0", "--clickhouse-group-rows", "-1", "--clickhouse-fill-rows", "2000", "--clickhouse-fill-wait", "0"}, getenv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +45,13 @@ func TestParseConfig(t *testing.T) {
 		c.ClickHouseLinger >= 0 || c.ClickHouseGroupRows != -1 || c.ClickHouseFillRows != 2000 || c.ClickHouseFillWait >= 0 {
 		t.Fatalf("parsed %+v", c)
 	}
-	d, err := parseConfig([]string{"--dest", "clickhouse"}, getenv)
+	d, err := parseConfig([]string{"--dest", "clickhouse"}, getenv, io.Discard)
 	if err != nil || d.ClickHouseLinger != clickhouse.LingerDefault || d.ClickHouseGroupRows != clickhouse.GroupRowsDefault ||
 		d.ClickHouseFillRows != clickhouse.FillRowsDefault || d.ClickHouseFillWait != clickhouse.FillWaitDefault ||
 		d.Runner.Concurrency != clickhouse.ConcurrencyDefault {
 		t.Fatalf("defaults: linger %s, group rows %d, fill %d/%s, %v", d.ClickHouseLinger, d.ClickHouseGroupRows, d.ClickHouseFillRows, d.ClickHouseFillWait, err)
 	}
-	if p, err := parseConfig([]string{"--dest", "postgres"}, getenv); err != nil || p.Runner.Concurrency != runner.ConcurrencyDefault {
+	if p, err := parseConfig([]string{"--dest", "postgres"}, getenv, io.Discard); err != nil || p.Runner.Concurrency != runner.ConcurrencyDefault {
 		t.Fatalf("postgres: concurrency %d, %v; want %d", p.Runner.Concurrency, err, runner.ConcurrencyDefault)
 	}
 	for _, bad := range [][]string{
@@ -58,12 +60,63 @@ func TestParseConfig(t *testing.T) {
 		{"--dest", "postgres", "junk"}, // stray argument
 		{"--dest", "postgres", "--ack-wait", "soon"},
 	} {
-		if _, err := parseConfig(bad, getenv); err == nil {
+		if _, err := parseConfig(bad, getenv, io.Discard); err == nil {
 			t.Errorf("parseConfig(%q) accepted", bad)
 		}
 	}
-	if _, err := parseConfig([]string{"--dest", "postgres"}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+	if _, err := parseConfig([]string{"--dest", "postgres"}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Errorf("missing DATABASE_URL: %v", err)
+	}
+	// The default --listen follows --dest, so the sinks of different
+	// destinations run on one host without flags; --listen or its
+	// variable wins.
+	for dest, want := range map[string]string{"postgres": "127.0.0.1:9102", "clickhouse": "127.0.0.1:9103", "b2b:erp": "127.0.0.1:0"} {
+		if c, err := parseConfig([]string{"--dest", dest}, getenv, io.Discard); err != nil || c.Listen != want {
+			t.Errorf("--dest %s: --listen %q (%v), want %s", dest, c.Listen, err, want)
+		}
+	}
+	env["FAIRWAY_SINKS_LISTEN"] = ":7000"
+	env["FAIRWAY_SINKS_DEST"] = "b2b:erp"
+	env["FAIRWAY_SINKS_CONCURRENCY"] = "3"
+	env["FAIRWAY_SECRET_KEY"] = strings.Repeat("ab", 32)
+	if c, err := parseConfig(nil, getenv, io.Discard); err != nil || c.Listen != ":7000" || c.Dest != "b2b:erp" || c.Runner.Concurrency != 3 || len(c.SecretKey) != 32 {
+		t.Errorf("from the environment: %+v, %v", c, err)
+	}
+	if c, err := parseConfig([]string{"--listen", ":7001"}, getenv, io.Discard); err != nil || c.Listen != ":7001" {
+		t.Errorf("--listen over FAIRWAY_SINKS_LISTEN: %q, %v", c.Listen, err)
+	}
+}
+
+// The binary: --help exits 0 and names every variable (FAIRWAY_SECRET_KEY
+// too, which has no flag), never a secret from the environment, and the
+// default ports by destination; --version names the commit; flags take
+// two dashes.
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(testenv.BuildCommands(t, "sinks"), "sinks")
+	secrets := []string{"NATS_URL=nats://sinks:hunter2@n:4222", "DATABASE_URL=postgres://fairway:hunter2@db/fairway",
+		"FAIRWAY_SECRET_KEY=" + strings.Repeat("hunter2", 9)}
+	out, errOut, code := testenv.RunCommand(t, bin, secrets, "--help")
+	if code != 0 || errOut != "" {
+		t.Fatalf("--help: exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"(env FAIRWAY_SINKS_DEST)", "(env FAIRWAY_SINKS_LISTEN)", "(env CLICKHOUSE_ADDR", "(env FAIRWAY_SINKS_ACK_WAIT)",
+		"(env NATS_URL, set)", "(env DATABASE_URL, set)", "(env NATS_CREDS)", "(env FAIRWAY_LOG_LEVEL)", "(env FAIRWAY_LOG_FORMAT)",
+		"FAIRWAY_SECRET_KEY", "(set)", "postgres 127.0.0.1:9102", "clickhouse 127.0.0.1:9103", "needs a --listen of its own", "--version"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("--help shows a secret from the environment:\n%s", out)
+	}
+	out, errOut, code = testenv.RunCommand(t, bin, nil, "--version")
+	if code != 0 || errOut != "" {
+		t.Fatalf("--version: exit %d, stderr %q", code, errOut)
+	}
+	testenv.CheckVersion(t, "sinks", out)
+	if _, errOut, code = testenv.RunCommand(t, bin, nil, "-dest", "postgres"); code != 2 || !strings.Contains(errOut, "--dest") {
+		t.Errorf("-dest: exit %d, %q; want 2 and the two-dash spelling", code, errOut)
 	}
 }
 
@@ -121,12 +174,16 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 	addr := ln.Addr().String()
 	ln.Close()
 	cfg, err := parseConfig(append([]string{"--dest", dest, "--listen", addr, "--backoff-initial", "1ms", "--backoff-max", "10ms"}, args...),
-		func(k string) string { return map[string]string{"DATABASE_URL": dsn, "NATS_URL": srv.ClientURL()}[k] })
+		func(k string) string { return map[string]string{"DATABASE_URL": dsn, "NATS_URL": srv.ClientURL()}[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Runner.FetchWait = 200 * time.Millisecond
-	cfg.Runner.Logger, _ = bootstrap.NewLogger(io.Discard, "text", "info")
+	var logs syncBuffer
+	cfg.Log.Level = "debug"
+	if cfg.Runner.Logger, err = newLogger(cfg, &logs); err != nil {
+		t.Fatal(err)
+	}
 	bg := context.Background()
 	pool, err := pgxpool.New(bg, dsn)
 	if err != nil {
@@ -199,6 +256,39 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 	case <-time.After(60 * time.Second):
 		t.Fatal("run did not return after shutdown")
 	}
+	// Each line names the destination at most once; the lines of the
+	// process itself name it too.
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	for _, l := range lines {
+		if n := strings.Count(l, " dest="); n > 1 {
+			t.Errorf("dest= %d times: %s", n, l)
+		}
+		if strings.Contains(l, "sinks listening") && !strings.Contains(l, " dest="+dest) {
+			t.Errorf("no dest=%s: %s", dest, l)
+		}
+	}
+	if len(lines) < 3 {
+		t.Errorf("only %d log lines at debug level:\n%s", len(lines), logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the sink's goroutines and the test
+// may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func waitFor(t *testing.T, what string, cond func() error) {

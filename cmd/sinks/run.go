@@ -25,7 +25,9 @@ import (
 )
 
 func run(ctx context.Context, cfg Config) error {
-	log := cfg.Runner.Logger
+	// The runner and the B2B sink get cfg.Runner.Logger and add dest=
+	// themselves; the lines of this process get it here.
+	log := cfg.Runner.Logger.With("dest", cfg.Dest)
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)

@@ -4,12 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // HTTPServer returns a server with the timeouts every fairway listener
@@ -37,12 +38,14 @@ type ServerTLS struct {
 	KeyFile string
 }
 
-// RegisterFlags registers --tls-cert and --tls-key on fs, defaulting to the
-// environment variables envPrefix+"TLS_CERT" and envPrefix+"TLS_KEY" as
-// getenv reads them.
-func (s *ServerTLS) RegisterFlags(fs *flag.FlagSet, envPrefix string, getenv func(string) string) {
-	fs.StringVar(&s.CertFile, "tls-cert", getenv(envPrefix+"TLS_CERT"), fmt.Sprintf("PEM certificate (chain) to serve HTTPS with, together with --tls-key (env %sTLS_CERT)", envPrefix))
-	fs.StringVar(&s.KeyFile, "tls-key", getenv(envPrefix+"TLS_KEY"), fmt.Sprintf("PEM private key of --tls-cert (env %sTLS_KEY)", envPrefix))
+// RegisterFlags registers --tls-cert and --tls-key on fs, read from the
+// environment variables envPrefix+"TLS_CERT" and envPrefix+"TLS_KEY" when
+// not given.
+func (s *ServerTLS) RegisterFlags(fs *pflag.FlagSet, envPrefix string) {
+	fs.StringVar(&s.CertFile, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with, together with --tls-key")
+	fs.StringVar(&s.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	SetEnv(fs, "tls-cert", envPrefix+"TLS_CERT")
+	SetEnv(fs, "tls-key", envPrefix+"TLS_KEY")
 }
 
 // Config loads the certificate and key for an http.Server's TLSConfig:

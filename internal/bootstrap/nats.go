@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	"github.com/spf13/pflag"
 )
 
 // NATSURLDefault is the server a service connects to when neither
@@ -52,16 +52,19 @@ type NATSConfig struct {
 }
 
 // RegisterFlags registers --nats-url, --nats-creds, --nats-nkey, --nats-ca,
-// --nats-cert and --nats-key on fs, each defaulting to its environment
-// variable as getenv reads it. A cobra command adds fs to its flags with
-// pflag's AddGoFlagSet.
-func (c *NATSConfig) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&c.URL, "nats-url", cmp.Or(getenv("NATS_URL"), NATSURLDefault), "NATS server URLs, comma-separated; may carry user:password (env NATS_URL)")
-	fs.StringVar(&c.Creds, "nats-creds", getenv("NATS_CREDS"), "NATS credentials file: user JWT and nkey seed, for a server in operator mode (env NATS_CREDS)")
-	fs.StringVar(&c.Nkey, "nats-nkey", getenv("NATS_NKEY"), "file holding a NATS user nkey seed (env NATS_NKEY)")
-	fs.StringVar(&c.CA, "nats-ca", getenv("NATS_CA"), "PEM file of the CA certificates that sign the NATS server's certificate; implies TLS (env NATS_CA)")
-	fs.StringVar(&c.Cert, "nats-cert", getenv("NATS_CERT"), "PEM client certificate for NATS servers that verify clients; implies TLS (env NATS_CERT)")
-	fs.StringVar(&c.Key, "nats-key", getenv("NATS_KEY"), "PEM private key of --nats-cert (env NATS_KEY)")
+// --nats-cert and --nats-key on fs, each read from its environment
+// variable (SetEnv; the nats CLI's names) when not given.
+func (c *NATSConfig) RegisterFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.URL, "nats-url", NATSURLDefault, "NATS server URLs, comma-separated; may carry user:password")
+	fs.StringVar(&c.Creds, "nats-creds", "", "NATS credentials file: user JWT and nkey seed, for a server in operator mode")
+	fs.StringVar(&c.Nkey, "nats-nkey", "", "file holding a NATS user nkey seed")
+	fs.StringVar(&c.CA, "nats-ca", "", "PEM file of the CA certificates that sign the NATS server's certificate; implies TLS")
+	fs.StringVar(&c.Cert, "nats-cert", "", "PEM client certificate for NATS servers that verify clients; implies TLS")
+	fs.StringVar(&c.Key, "nats-key", "", "PEM private key of --nats-cert")
+	for flag, env := range map[string]string{"nats-url": "NATS_URL", "nats-creds": "NATS_CREDS", "nats-nkey": "NATS_NKEY",
+		"nats-ca": "NATS_CA", "nats-cert": "NATS_CERT", "nats-key": "NATS_KEY"} {
+		SetEnv(fs, flag, env)
+	}
 }
 
 // Options returns the nats.go options for c's credentials and TLS settings.
@@ -201,9 +204,13 @@ func ConnectNATS(ctx context.Context, cfg NATSConfig, name string, log *slog.Log
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil { // nil: closed or drained on purpose
-				log.Warn("nats disconnected; reconnecting", "name", name, "err", err)
+			// err is nil when the connection closes on purpose (Close,
+			// Drain at shutdown): nothing to warn about.
+			if err == nil {
+				log.Info("nats connection closed", "name", name)
+				return
 			}
+			log.Warn("nats disconnected", "name", name, "err", err)
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { rl.failed(err) }),
 		nats.ReconnectHandler(func(c *nats.Conn) {

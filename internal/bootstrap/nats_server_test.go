@@ -1,13 +1,11 @@
 package bootstrap_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -294,23 +292,4 @@ func TestConnectNATSKeepsReconnecting(t *testing.T) {
 	if after := strings.TrimPrefix(logs.String(), before); strings.Contains(after, "disconnected") {
 		t.Errorf("a clean close logged %q", after)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's writes and the test's
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,22 +1,24 @@
 package bootstrap_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -236,14 +238,19 @@ func TestNATSConfigOptions(t *testing.T) {
 	}
 }
 
-// Each NATS flag defaults to its environment variable; a flag given wins.
+// Each NATS flag is read from its environment variable when not given; a
+// flag given wins.
 func TestNATSConfigFlags(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"NATS_URL": "nats://n:4222", "NATS_CREDS": "u.creds", "NATS_NKEY": "u.nk", "NATS_CA": "ca.pem", "NATS_CERT": "c.pem", "NATS_KEY": "k.pem"}
+	getenv := func(k string) string { return env[k] }
 	var c bootstrap.NATSConfig
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	c.RegisterFlags(fs, func(k string) string { return env[k] })
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c.RegisterFlags(fs)
 	if err := fs.Parse([]string{"--nats-ca", "other.pem"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bootstrap.ApplyEnv(fs, getenv); err != nil {
 		t.Fatal(err)
 	}
 	want := bootstrap.NATSConfig{URL: "nats://n:4222", Creds: "u.creds", Nkey: "u.nk", CA: "other.pem", Cert: "c.pem", Key: "k.pem"}
@@ -251,8 +258,69 @@ func TestNATSConfigFlags(t *testing.T) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 	var d bootstrap.NATSConfig
-	d.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError), func(string) string { return "" })
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	d.RegisterFlags(fs)
+	if err := bootstrap.ApplyEnv(fs, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
 	if d != (bootstrap.NATSConfig{URL: bootstrap.NATSURLDefault}) {
 		t.Errorf("defaults %+v", d)
 	}
+}
+
+// A connection closed on purpose (Drain at shutdown) is logged at INFO
+// without an error; a server going away is a WARN with the reason.
+func TestDisconnectLogLevels(t *testing.T) {
+	t.Parallel()
+	srv, _ := testenv.NATS(t)
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	nc, err := bootstrap.ConnectNATS(context.Background(), bootstrap.NATSConfig{URL: srv.ClientURL()}, "closing", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap.DrainNATS(nc, 10*time.Second, log)
+	testenv.WaitUntil(context.Background(), time.Now().Add(10*time.Second), func() bool { return strings.Contains(buf.String(), "closed") })
+	out := buf.String()
+	if !strings.Contains(out, `level=INFO msg="nats connection closed" name=closing`) || strings.Contains(out, "WARN") || strings.Contains(out, "err=") {
+		t.Errorf("clean close logged:\n%s", out)
+	}
+
+	other := testenv.NATSServer(t, t.TempDir())
+	buf.Reset()
+	nc, err = bootstrap.ConnectNATS(context.Background(), bootstrap.NATSConfig{URL: other.ClientURL()}, "dropped", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	other.Shutdown()
+	testenv.WaitUntil(context.Background(), time.Now().Add(10*time.Second), func() bool { return strings.Contains(buf.String(), "disconnected") })
+	if out := buf.String(); !strings.Contains(out, `level=WARN msg="nats disconnected" name=dropped err=`) {
+		t.Errorf("server gone logged:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the NATS callback goroutines and the
+// test may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }

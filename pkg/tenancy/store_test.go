@@ -150,6 +150,12 @@ func TestTenantsAndWeights(t *testing.T) {
 	if len(lims) != len(want) || lims[0] != want[0] || lims[1] != want[1] {
 		t.Fatalf("limits %+v, want %+v", lims, want)
 	}
+	if err := st.SetDestPaused(ctx, "acme", "postgres", true); err != nil {
+		t.Fatal(err)
+	}
+	if lims := must[[]tenancy.Limit](t)(st.Limits(ctx, "acme")); lims[0].Paused || !lims[1].Paused {
+		t.Fatalf("limits after pausing postgres: %+v", lims)
+	}
 	if l := must[[]tenancy.Limit](t)(st.Limits(ctx, "newco")); len(l) != 0 {
 		t.Fatalf("newco limits %+v", l)
 	}

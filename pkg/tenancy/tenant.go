@@ -31,6 +31,9 @@ type Limit struct {
 	// exceed MaxSlots only right after MaxSlots was lowered, while the
 	// older leases finish.
 	InUse int
+	// Paused says the destination is paused for this tenant
+	// (SetDestPaused); the tenant's own pause (Tenant.Paused) is apart.
+	Paused bool
 }
 
 const tenantCols = `id, display_name, weight, paused, created_at`
@@ -252,14 +255,14 @@ func (s *Store) Limits(ctx context.Context, tenant string) ([]Limit, error) {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT l.tenant, l.dest, l.max_slots, l.weight,
-			(SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now())
+			(SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()), l.paused
 		FROM fairway.limits l WHERE l.tenant = $1 ORDER BY l.dest`, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("limits of %s: %w", tenant, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Limit, error) {
 		var l Limit
-		err := r.Scan(&l.Tenant, &l.Dest, &l.MaxSlots, &l.Weight, &l.InUse)
+		err := r.Scan(&l.Tenant, &l.Dest, &l.MaxSlots, &l.Weight, &l.InUse, &l.Paused)
 		return l, err
 	})
 	if err != nil {

@@ -207,7 +207,9 @@ func validURL(raw string, allowHTTP bool) error {
 	case u.Scheme == "https":
 	case u.Scheme == "http" && allowHTTP:
 	case u.Scheme == "http":
-		return fmt.Errorf("%w: URL %s is http; https is required (AllowInsecureHTTP permits http)", ErrInvalidPartner, redactURL(raw))
+		// Every command that takes RegistryConfig.AllowInsecureHTTP
+		// (fairway partners add, sinks) names it --allow-insecure-http.
+		return fmt.Errorf("%w: URL %s is http; https is required (--allow-insecure-http permits http, for local testing)", ErrInvalidPartner, redactURL(raw))
 	default:
 		return fmt.Errorf("%w: URL scheme %q, want https", ErrInvalidPartner, u.Scheme)
 	}
