@@ -17,6 +17,7 @@ func (c *cli) cursorsCmd() *cobra.Command {
 		Short: "Resolve dispatch cursors held for a stream reset",
 	}
 	cmd.AddCommand(c.cursorsResetCmd())
+	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesNATS|usesLog)
 	return cmd
 }
 

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fairwayhq/fairway/internal/bootstrap"
-
 	"github.com/fairwayhq/fairway/internal/sink/sinktest"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/sinks/b2b"
@@ -25,9 +23,9 @@ func TestPartnersTransformBatchDeliveriesCmd(t *testing.T) {
 	env := map[string]string{"WHSEC": b2b.WebhookSecret(rcvSecret)}
 	run := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer
-		c := &cli{getenv: func(k string) string { return env[k] }, out: &out, errOut: &errOut, databaseURL: dsn, log: bootstrap.LogConfig{Format: "text", Level: "warn"}}
+		c := &cli{getenv: func(k string) string { return env[k] }, out: &out, errOut: &errOut}
 		cmd := c.partnersCmd()
-		cmd.SetArgs(args)
+		cmd.SetArgs(append(args, "--database-url", dsn))
 		cmd.SetOut(&out)
 		cmd.SetErr(&errOut)
 		err := cmd.ExecuteContext(context.Background())
