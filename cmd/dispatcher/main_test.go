@@ -260,3 +260,31 @@ func dispatcherConns(t *testing.T, srv *server.Server) map[string]*server.ConnIn
 	}
 	return out
 }
+
+// --memory-limit defaults to MemoryLimitDefault, takes sizes with units,
+// and yields to GOMEMLIMIT (which the runtime applied) unless it is given.
+func TestMemoryLimitFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want int64
+	}{
+		{nil, nil, MemoryLimitDefault},
+		{[]string{"--memory-limit", "1GiB"}, nil, 1 << 30},
+		{nil, map[string]string{"FAIRWAY_DISPATCHER_MEMORY_LIMIT": "256MiB"}, 256 << 20},
+		{nil, map[string]string{"GOMEMLIMIT": "300MiB"}, 0},
+		{[]string{"--memory-limit", "0"}, nil, 0},
+		{[]string{"--memory-limit", "200MiB"}, map[string]string{"GOMEMLIMIT": "300MiB"}, 200 << 20},
+	} {
+		env := map[string]string{"DATABASE_URL": "postgres://x"}
+		maps.Copy(env, tc.env)
+		c, err := parseConfig(tc.args, func(k string) string { return env[k] }, io.Discard)
+		if err != nil || int64(c.MemoryLimit) != tc.want {
+			t.Errorf("%v %v: memory limit %d, %v; want %d", tc.args, tc.env, c.MemoryLimit, err, tc.want)
+		}
+	}
+	if _, err := parseConfig([]string{"--memory-limit", "12MB"}, func(k string) string { return map[string]string{"DATABASE_URL": "x"}[k] }, io.Discard); err == nil {
+		t.Error("--memory-limit 12MB accepted")
+	}
+}

@@ -32,10 +32,19 @@ type Config struct {
 	TenantMetrics status.ExporterConfig
 	Log           bootstrap.LogConfig
 	Logger        *slog.Logger
+	// MemoryLimit is the soft memory limit given to Go's garbage collector
+	// (bootstrap.SetMemoryLimit); 0 leaves the runtime's.
+	MemoryLimit bootstrap.Bytes
 }
+
+// MemoryLimitDefault keeps the dispatcher within about 512 MB with the
+// default body budget and a backlog of 1,000,000 events over two
+// destinations (docs/benchmarks.md, BenchmarkDispatcherMemory).
+const MemoryLimitDefault = 448 << 20
 
 func run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
+	bootstrap.SetMemoryLimit(int64(cfg.MemoryLimit))
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)
