@@ -1,9 +1,9 @@
 // Package tenancy keeps fairway's per-tenant state in PostgreSQL: tenants
 // and their weights, API tokens (stored as SHA-256 hashes and a short
 // prefix), slot limits per (tenant, destination), fenced slot leases,
-// dispatch cursors and the batch log, and wake-ups when a slot frees. The
-// dispatcher, the sinks, ingest (token checks) and the operator CLI use it
-// through Store.
+// dispatch cursors and the batch log, ingest quotas, and wake-ups when a
+// slot frees. The dispatcher, the sinks, ingest (token checks, quotas) and
+// the operator CLI use it through Store.
 //
 // # Schema (internal/migrate/sql/00002_tenancy.sql)
 //
@@ -16,6 +16,8 @@
 //	      wait_kind, wait_detail, wait_epoch, wait_since)   PK (tenant, dest, slot_no)
 //	cursors(tenant, dest, next_seq)                         PK (tenant, dest)
 //	batches(id, tenant, dest, from_seq, to_seq, slot_no, epoch, holder, created_at)
+//	quotas(tenant, events_per_sec, events_burst, bytes_per_sec, bytes_burst,
+//	       max_backlog, events_tat, bytes_tat, changed_at)  PK tenant; 00016
 //
 // The wait_* columns (00009) are a note the holder of a lease leaves with
 // SetLeaseWait while it backs off ("retrying", "circuit open"); it counts
@@ -27,6 +29,10 @@
 // that: the acquisition statement reports "unknown pair" as a by-product,
 // and only then is a one-round-trip batch of INSERT … ON CONFLICT DO
 // NOTHING sent and the statement retried.
+//
+// quotas (quota.go) holds a tenant's ingest quotas and the state of their
+// token buckets, shared by every ingest replica: TakeQuota is one
+// statement per request (docs/quotas.md).
 //
 // # Slots and the acquisition statement
 //
