@@ -196,13 +196,17 @@ func (g *quotaGate) stored(tenant string, n int) {
 // backlog returns tenant's events waiting for its slowest destination,
 // counted at most BacklogTTL ago.
 func (g *quotaGate) backlog(ctx context.Context, tenant string) (uint64, error) {
-	g.mu.Lock()
+	g.mu.RLock()
 	b := g.backlogs[tenant]
+	g.mu.RUnlock()
 	if b == nil {
-		b = &backlogCount{}
-		g.backlogs[tenant] = b
+		g.mu.Lock()
+		if b = g.backlogs[tenant]; b == nil {
+			b = &backlogCount{}
+			g.backlogs[tenant] = b
+		}
+		g.mu.Unlock()
 	}
-	g.mu.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := g.cfg.Clock()
