@@ -260,7 +260,8 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (_ *pipeline, err er
 		return nil, err
 	}
 	p.Ingest, err = ingest.New(ingest.Deps{Publisher: pub, Tenants: ip.store, Pool: ip.pool, Registry: p.Registry, Gatherer: p.Registry,
-		Ready: ingest.DefaultChecks(ip.js, ip.pool, events.StreamName)}, &ingest.Config{Logger: log, Node: cfg.Name})
+		Ready: ingest.DefaultChecks(ip.js, ip.pool, events.StreamName), Quotas: ip.store, Backlog: work.NewReader(ip.nc, "")},
+		&ingest.Config{Logger: log, Node: cfg.Name})
 	if err != nil {
 		return nil, err
 	}

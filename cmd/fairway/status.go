@@ -55,7 +55,10 @@ func (c *cli) statusCmd() *cobra.Command {
 				}
 				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\n", r.Tenant, r.Dest, r.Backlog, oldest, r.InUse, r.Limit, r.Weight, r.DeadLetters, why)
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			return c.printQuotas(cmd.Context(), st, tenant)
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")

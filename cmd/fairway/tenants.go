@@ -15,9 +15,9 @@ import (
 func (c *cli) tenantsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tenants",
-		Short: "Create tenants, issue tokens, set limits and weights",
+		Short: "Create tenants, issue tokens, set limits, weights and quotas",
 	}
-	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsTokenCmd(),
+	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsSetQuotaCmd(), c.tenantsTokenCmd(),
 		c.tenantsPauseCmd("pause", true), c.tenantsPauseCmd("resume", false))
 	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
@@ -75,7 +75,7 @@ func (c *cli) tenantsTokenCmd() *cobra.Command {
 func (c *cli) tenantsListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List tenants with their weights, per-destination limits and pauses",
+		Short: "List tenants with their weights, per-destination limits, pauses and ingest quotas",
 		Long: `list prints a row per tenant and destination. PAUSED says what holds the
 destination back: tenant (fairway tenants pause <tenant>), dest (fairway
 tenants pause <tenant> --dest <destination>), both, or no.`,
@@ -90,22 +90,27 @@ tenants pause <tenant> --dest <destination>), both, or no.`,
 			if err != nil {
 				return err
 			}
+			quotas, err := quotasByTenant(cmd.Context(), st)
+			if err != nil {
+				return err
+			}
 			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TENANT\tWEIGHT\tPAUSED\tDEST\tMAX SLOTS\tIN USE\tDEST WEIGHT")
+			fmt.Fprintln(w, "TENANT\tWEIGHT\tPAUSED\tDEST\tMAX SLOTS\tIN USE\tDEST WEIGHT\tQUOTA")
 			for _, t := range ts {
 				ls, err := st.Limits(cmd.Context(), t.ID)
 				if err != nil {
 					return err
 				}
+				q := quotas[t.ID].String()
 				if len(ls) == 0 {
-					fmt.Fprintf(w, "%s\t%d\t%s\t-\t-\t-\t-\n", t.ID, t.Weight, pausedBy(t.Paused, false))
+					fmt.Fprintf(w, "%s\t%d\t%s\t-\t-\t-\t-\t%s\n", t.ID, t.Weight, pausedBy(t.Paused, false), q)
 				}
 				for _, l := range ls {
 					dw := "-"
 					if l.Weight > 0 {
 						dw = strconv.Itoa(l.Weight)
 					}
-					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", t.ID, t.Weight, pausedBy(t.Paused, l.Paused), l.Dest, l.MaxSlots, l.InUse, dw)
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", t.ID, t.Weight, pausedBy(t.Paused, l.Paused), l.Dest, l.MaxSlots, l.InUse, dw, q)
 				}
 			}
 			return w.Flush()

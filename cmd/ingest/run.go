@@ -8,6 +8,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/ingest"
+	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -71,6 +72,8 @@ func run(ctx context.Context, cfg Config) error {
 		Registry:  reg,
 		Gatherer:  reg,
 		Ready:     ingest.DefaultChecks(js, pool, cfg.Stream.WithDefaults().Name),
+		Quotas:    store,
+		Backlog:   work.NewReader(nc, cfg.Stream.WithDefaults().Name),
 	}, &cfg.Ingest)
 	if err != nil {
 		return err

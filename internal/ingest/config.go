@@ -26,6 +26,9 @@ const (
 	ImportWorkersDefault           = 2
 	MaxRowErrorsDefault            = 100 // row errors kept per import
 	ShutdownTimeoutDefault         = 30 * time.Second
+	QuotaRefreshDefault            = time.Second
+	BacklogTTLDefault              = time.Second
+	BacklogRetryAfterDefault       = 5 * time.Second
 )
 
 // Config configures the ingest Server. Zero values take the defaults.
@@ -52,7 +55,8 @@ type Config struct {
 	// counts. Default 30s.
 	UploadGrace time.Duration
 	// UploadTimeout bounds the time to receive one CSV upload, however
-	// fast it arrives. Default 30m.
+	// fast it arrives, and the time an import waits at once for its
+	// tenant's quota. Default 30m.
 	UploadTimeout time.Duration
 	// ImportChunk is how many rows an import publishes per round. Default 500.
 	ImportChunk int
@@ -65,6 +69,16 @@ type Config struct {
 	ImportWorkers int
 	// MaxRowErrors is how many row errors an import keeps. Default 100.
 	MaxRowErrors int
+	// QuotaRefresh is how often tenants' quotas are reloaded from
+	// PostgreSQL: a quota set with `fairway tenants set-quota` is in force
+	// at every replica within this long. Default 1s.
+	QuotaRefresh time.Duration
+	// BacklogTTL is how long a tenant's counted backlog is used before it
+	// is counted again (the max_backlog quota). Default 1s.
+	BacklogTTL time.Duration
+	// BacklogRetryAfter is the Retry-After of a refusal by the
+	// max_backlog quota: a backlog drains at dispatch speed. Default 5s.
+	BacklogRetryAfter time.Duration
 	// SpoolDir holds uploaded CSV files until their import finishes.
 	// Default $TMPDIR/fairway-imports.
 	SpoolDir string
@@ -91,6 +105,9 @@ func (c Config) WithDefaults() Config {
 	c.ImportChunkBytes = cmp.Or(c.ImportChunkBytes, ImportChunkBytesDefault)
 	c.ImportWorkers = cmp.Or(c.ImportWorkers, ImportWorkersDefault)
 	c.MaxRowErrors = cmp.Or(c.MaxRowErrors, MaxRowErrorsDefault)
+	c.QuotaRefresh = cmp.Or(c.QuotaRefresh, QuotaRefreshDefault)
+	c.BacklogTTL = cmp.Or(c.BacklogTTL, BacklogTTLDefault)
+	c.BacklogRetryAfter = cmp.Or(c.BacklogRetryAfter, BacklogRetryAfterDefault)
 	c.SpoolDir = cmp.Or(c.SpoolDir, filepath.Join(os.TempDir(), "fairway-imports"))
 	if c.Node == "" {
 		h, err := os.Hostname()
@@ -119,6 +136,9 @@ func (c Config) validate() error {
 	}
 	if c.UploadMinRate < 1 || c.UploadGrace < 0 || c.UploadTimeout < 0 {
 		errs = append(errs, errors.New("UploadMinRate must be at least 1 byte/s; UploadGrace and UploadTimeout may not be negative"))
+	}
+	if c.QuotaRefresh <= 0 || c.BacklogTTL <= 0 || c.BacklogRetryAfter <= 0 {
+		errs = append(errs, errors.New("QuotaRefresh, BacklogTTL and BacklogRetryAfter must be positive"))
 	}
 	if c.ImportChunk < 1 || c.ImportWorkers < 1 {
 		errs = append(errs, errors.New("ImportChunk and ImportWorkers must be at least 1"))

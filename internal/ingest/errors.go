@@ -16,4 +16,8 @@ var (
 	// ErrUploadTooSlow marks a CSV upload that fell below
 	// Config.UploadMinRate or outlasted Config.UploadTimeout.
 	ErrUploadTooSlow = errors.New("upload too slow")
+	// ErrQuotaWait marks an import that waited Config.UploadTimeout at
+	// once for its tenant's quota (a backlog that did not drain, a rate
+	// set near zero). Its progress up to there is kept.
+	ErrQuotaWait = errors.New("quota wait too long")
 )

@@ -101,6 +101,19 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		validIdx = append(validIdx, i)
 	}
 	if len(valid) > 0 {
+		// The quotas are checked, and their tokens taken, before any
+		// event is published: a refused request stores nothing.
+		n, bytes := int64(len(valid)), payloadBytes(valid)
+		ref, err := s.quotas.admit(r.Context(), tenant, n, bytes, false)
+		if err != nil {
+			s.log.ErrorContext(r.Context(), "check quota", "tenant", tenant, "err", err, "request_id", resp.RequestID)
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "could not check the tenant's quota; retry (nothing was stored)")
+			return
+		}
+		if ref != nil {
+			s.writeQuotaRefusal(w, r, tenant, n, bytes, ref)
+			return
+		}
 		start := s.cfg.Clock()
 		results := s.deps.Publisher.Publish(events.ContextWithRequestID(r.Context(), resp.RequestID), valid)
 		s.metrics.PublishLatency.Observe(s.cfg.Clock().Sub(start).Seconds())
@@ -126,6 +139,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	s.quotas.stored(tenant, resp.Accepted-resp.Duplicates)
 	s.metrics.Events.WithLabelValues("accepted").Add(float64(resp.Accepted - resp.Duplicates))
 	s.metrics.Events.WithLabelValues("duplicate").Add(float64(resp.Duplicates))
 	s.metrics.Events.WithLabelValues("rejected").Add(float64(resp.Rejected))
@@ -146,6 +160,15 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.log.WarnContext(r.Context(), "events not acknowledged by JetStream", "tenant", tenant, "failed", resp.Failed, "accepted", resp.Accepted, "request_id", resp.RequestID)
 	}
 	writeJSON(w, status, resp)
+}
+
+// payloadBytes is what evs count against a bytes_per_sec quota.
+func payloadBytes(evs []events.Event) int64 {
+	var n int64
+	for _, e := range evs {
+		n += int64(len(e.Payload))
+	}
+	return n
 }
 
 func (s *Server) bodyLimitMsg() string {

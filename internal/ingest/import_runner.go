@@ -140,9 +140,16 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 
 	var pending int64  // rows read since the last flush, in file order
 	var chunkBytes int // payload bytes in chunk
+	// A round fits the tenant's quota bursts and waits for its tokens, so
+	// an import slows down to the quota instead of failing.
+	maxRows, maxBytes := s.quotas.chunkLimits(j.Tenant, s.cfg.ImportChunk, s.cfg.ImportChunkBytes)
 	flush := func() error {
 		if len(chunk) > 0 {
+			if err := s.quotas.wait(ctx, j.Tenant, int64(len(chunk)), int64(chunkBytes)); err != nil {
+				return err
+			}
 			res := s.deps.Publisher.Publish(pctx, chunk)
+			stored := 0
 			for i, pr := range res {
 				switch {
 				case pr.Err != nil && errors.Is(pr.Err, events.ErrInvalidEvent):
@@ -160,14 +167,17 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 					s.metrics.ImportRows.WithLabelValues("duplicate").Inc()
 				default:
 					j.RowsOK++
+					stored++
 					s.metrics.ImportRows.WithLabelValues("accepted").Inc()
 				}
 			}
+			s.quotas.stored(j.Tenant, stored)
 			clear(chunk) // the payloads are garbage now
 			chunk, lines, chunkBytes = chunk[:0], lines[:0], 0
 		}
 		j.RowsTotal += pending
 		pending = 0
+		maxRows, maxBytes = s.quotas.chunkLimits(j.Tenant, s.cfg.ImportChunk, s.cfg.ImportChunkBytes)
 		return s.imports.progress(context.WithoutCancel(ctx), j)
 	}
 
@@ -190,7 +200,7 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 		if seen <= skip {
 			continue
 		}
-		if row.Err == nil && len(chunk) > 0 && chunkBytes+len(row.Event.Payload) > s.cfg.ImportChunkBytes {
+		if row.Err == nil && len(chunk) > 0 && chunkBytes+len(row.Event.Payload) > maxBytes {
 			// Flushed before this row counts as pending, so a resume
 			// after this round reads the row again.
 			if err := flush(); err != nil {
@@ -206,7 +216,7 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 		chunk = append(chunk, row.Event)
 		lines = append(lines, row.Line)
 		chunkBytes += len(row.Event.Payload)
-		if len(chunk) == s.cfg.ImportChunk {
+		if len(chunk) >= maxRows {
 			if err := flush(); err != nil {
 				return err
 			}

@@ -1,16 +1,22 @@
 package ingest
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
 
 // Metrics are the ingest service's Prometheus collectors. Tenants are not a
 // label: 10,000 tenants must not become 10,000 series here.
 type Metrics struct {
-	Events         *prometheus.CounterVec   // result = accepted | duplicate | rejected | failed
-	Requests       *prometheus.CounterVec   // route, code
-	PublishLatency prometheus.Histogram     // seconds from first publish to last ack of a request
-	RequestLatency *prometheus.HistogramVec // route
-	ImportRows     *prometheus.CounterVec   // result
-	ImportsRunning prometheus.Gauge
+	Events          *prometheus.CounterVec   // result = accepted | duplicate | rejected | failed
+	Requests        *prometheus.CounterVec   // route, code
+	PublishLatency  prometheus.Histogram     // seconds from first publish to last ack of a request
+	RequestLatency  *prometheus.HistogramVec // route
+	ImportRows      *prometheus.CounterVec   // result
+	ImportsRunning  prometheus.Gauge
+	QuotaRefusals   *prometheus.CounterVec // quota
+	ImportQuotaWait prometheus.Counter     // seconds
 }
 
 // NewMetrics creates the collectors and registers them with reg.
@@ -42,8 +48,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairway_ingest_imports_running",
 			Help: "CSV imports running on this node.",
 		}),
+		QuotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairway_ingest_quota_refusals_total",
+			Help: "Events requests refused by a tenant's quota (429, or 413 over its burst), by quota: events_per_sec, bytes_per_sec, max_backlog.",
+		}, []string{"quota"}),
+		ImportQuotaWait: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairway_ingest_import_quota_wait_seconds_total",
+			Help: "Time CSV imports spent waiting for their tenants' quotas.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.Events, m.Requests, m.PublishLatency, m.RequestLatency, m.ImportRows, m.ImportsRunning} {
+	for _, k := range tenancy.QuotaKinds {
+		m.QuotaRefusals.WithLabelValues(string(k))
+	}
+	for _, c := range []prometheus.Collector{m.Events, m.Requests, m.PublishLatency, m.RequestLatency, m.ImportRows, m.ImportsRunning,
+		m.QuotaRefusals, m.ImportQuotaWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -50,6 +50,11 @@ type Deps struct {
 	Gatherer prometheus.Gatherer
 	// Ready are the checks behind /readyz, by name ("jetstream", "postgres").
 	Ready map[string]Check
+	// Quotas holds tenants' ingest quotas and token buckets; Backlog
+	// counts a tenant's events in PRODUCTS for the max_backlog quota.
+	// Both or neither: without them no quota is enforced.
+	Quotas  Quotas
+	Backlog StreamCounter
 }
 
 // Server is the ingest HTTP service.
@@ -60,6 +65,7 @@ type Server struct {
 	metrics *Metrics
 	imports *importStore
 	runner  *importRunner
+	quotas  *quotaGate // nil: no quotas
 	mux     *http.ServeMux
 
 	startOnce sync.Once
@@ -79,6 +85,9 @@ func New(deps Deps, cfg *Config) (*Server, error) {
 	if deps.Publisher == nil || deps.Tenants == nil || deps.Pool == nil {
 		return nil, errors.New("ingest: Publisher, Tenants and Pool are required")
 	}
+	if (deps.Quotas == nil) != (deps.Backlog == nil) {
+		return nil, errors.New("ingest: Quotas and Backlog go together")
+	}
 	if deps.Registry == nil {
 		reg := prometheus.NewRegistry()
 		deps.Registry, deps.Gatherer = reg, reg
@@ -88,6 +97,9 @@ func New(deps Deps, cfg *Config) (*Server, error) {
 		return nil, fmt.Errorf("ingest metrics: %w", err)
 	}
 	s := &Server{cfg: c, deps: deps, log: c.Logger, metrics: m, imports: &importStore{pool: deps.Pool}}
+	if deps.Quotas != nil {
+		s.quotas = newQuotaGate(deps.Quotas, deps.Backlog, &s.cfg, m)
+	}
 	s.runner = newImportRunner(s)
 	s.routes()
 	return s, nil
@@ -121,17 +133,27 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// Start resumes this node's unfinished imports and starts the import
-// workers. It returns at once.
+// Start loads the tenants' quotas (and keeps reloading them), resumes this
+// node's unfinished imports and starts the import workers. It returns at
+// once.
 func (s *Server) Start(ctx context.Context) error {
 	var err error
-	s.startOnce.Do(func() { err = s.runner.start(ctx) })
+	s.startOnce.Do(func() {
+		if err = s.quotas.start(ctx); err == nil {
+			err = s.runner.start(ctx)
+		}
+	})
 	return err
 }
 
-// Close stops the import workers at their next chunk boundary; unfinished
-// imports stay "running" and resume on the next Start of this node.
-func (s *Server) Close(ctx context.Context) error { return s.runner.stop(ctx) }
+// Close stops the import workers at their next chunk boundary, and then
+// the quota reloads; unfinished imports stay "running" and resume on the
+// next Start of this node.
+func (s *Server) Close(ctx context.Context) error {
+	err := s.runner.stop(ctx)
+	s.quotas.close()
+	return err
+}
 
 type ctxKey int
 

@@ -20,6 +20,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/ingest"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -31,6 +32,8 @@ type fixture struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	srv    *ingest.Server
+	store  *tenancy.Store
+	deps   ingest.Deps       // the server's, for more replicas (serve)
 	tokens map[string]string // tenant → token
 	admin  string
 }
@@ -67,21 +70,13 @@ func setupDeps(t testing.TB, cfg ingest.Config, change func(*ingest.Deps)) *fixt
 	}
 	cfg.Node = "test-node"
 	cfg.Logger = quietLogger()
-	deps := ingest.Deps{Publisher: pub, Tenants: store, Pool: pool, Ready: ingest.DefaultChecks(js, pool, events.StreamName)}
+	deps := ingest.Deps{Publisher: pub, Tenants: store, Pool: pool, Ready: ingest.DefaultChecks(js, pool, events.StreamName),
+		Quotas: store, Backlog: work.NewReader(nc, "")}
 	if change != nil {
 		change(&deps)
 	}
-	srv, err := ingest.New(deps, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close(context.Background()) })
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	f := &fixture{url: hs.URL, js: js, stream: stream, srv: srv, tokens: map[string]string{}}
+	srv, url := serve(t, deps, cfg)
+	f := &fixture{url: url, js: js, stream: stream, srv: srv, store: store, deps: deps, tokens: map[string]string{}}
 	for _, id := range []string{"acme", "globex"} {
 		_, tok, err := store.CreateTenant(ctx, id, id)
 		if err != nil {
@@ -93,6 +88,22 @@ func setupDeps(t testing.TB, cfg ingest.Config, change func(*ingest.Deps)) *fixt
 		t.Fatal(err)
 	}
 	return f
+}
+
+// serve starts an ingest server on deps and returns it with its URL.
+func serve(t testing.TB, deps ingest.Deps, cfg ingest.Config) (*ingest.Server, string) {
+	t.Helper()
+	srv, err := ingest.New(deps, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close(context.Background()) })
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return srv, hs.URL
 }
 
 func (f *fixture) post(t testing.TB, path, token, contentType string, body io.Reader) (*http.Response, []byte) {

@@ -1,9 +1,9 @@
 // Package tenancy keeps fairway's per-tenant state in PostgreSQL: tenants
 // and their weights, API tokens (stored as SHA-256 hashes and a short
 // prefix), slot limits per (tenant, destination), fenced slot leases,
-// dispatch cursors and the batch log, and wake-ups when a slot frees. The
-// dispatcher, the sinks, ingest (token checks) and the operator CLI use it
-// through Store.
+// dispatch cursors and the batch log, ingest quotas, and wake-ups when a
+// slot frees. The dispatcher, the sinks, ingest (token checks, quotas) and
+// the operator CLI use it through Store.
 //
 // # Schema (internal/migrate/sql/00002_tenancy.sql)
 //
@@ -18,6 +18,8 @@
 //	cursors(tenant, dest, next_seq)                         PK (tenant, dest)
 //	batches(id, tenant, dest, from_seq, to_seq, slot_no, epoch, holder, created_at)
 //	streams(name, created_at)                               PK name; 00016
+//	quotas(tenant, events_per_sec, events_burst, bytes_per_sec, bytes_burst,
+//	       max_backlog, events_tat, bytes_tat, changed_at)  PK tenant; 00017
 //
 // stream_reset_at (00016) holds a pair whose cursor does not belong to the
 // stream (CheckStream): no slot of it is handed out (ErrStreamReset) until
@@ -34,6 +36,10 @@
 // that: the acquisition statement reports "unknown pair" as a by-product,
 // and only then is a one-round-trip batch of INSERT … ON CONFLICT DO
 // NOTHING sent and the statement retried.
+//
+// quotas (quota.go) holds a tenant's ingest quotas and the state of their
+// token buckets, shared by every ingest replica: TakeQuota is one
+// statement per request (docs/quotas.md).
 //
 // # Slots and the acquisition statement
 //
