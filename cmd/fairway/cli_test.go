@@ -60,6 +60,17 @@ func TestTenantCommands(t *testing.T) {
 	if _, _, err := fairway(t, dsn, "tenants", "set-weight", "acme", "--weight", "3"); err != nil {
 		t.Fatal(err)
 	}
+	if out, _, err := fairway(t, dsn, "tenants", "set-rate", "acme", "--dest", "postgres", "--events-per-sec", "50"); err != nil || !strings.Contains(out, "at most 50 events/s in postgres") {
+		t.Fatalf("set-rate: %q %v", out, err)
+	}
+	if f := strings.Fields(listRow(t, dsn, "acme", "postgres")); len(f) < 8 || f[7] != "50/s" {
+		t.Fatalf("list row after set-rate: %q", f)
+	}
+	for _, bad := range [][]string{{"--events-per-sec", "50"}, {"--dest", "postgres"}, {"--dest", "postgres", "--events-per-sec", "-1"}} {
+		if _, _, err := fairway(t, dsn, append([]string{"tenants", "set-rate", "acme"}, bad...)...); err == nil {
+			t.Fatalf("set-rate %v accepted", bad)
+		}
+	}
 	// PAUSED says what holds acme's postgres back: its own pause, the
 	// tenant's, both or none.
 	for _, step := range []struct {

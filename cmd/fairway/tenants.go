@@ -17,7 +17,7 @@ func (c *cli) tenantsCmd() *cobra.Command {
 		Use:   "tenants",
 		Short: "Create tenants, issue tokens, set limits, weights and quotas",
 	}
-	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsSetQuotaCmd(), c.tenantsTokenCmd(),
+	cmd.AddCommand(c.tenantsCreateCmd(), c.tenantsListCmd(), c.tenantsSetLimitCmd(), c.tenantsSetWeightCmd(), c.tenantsSetRateCmd(), c.tenantsSetQuotaCmd(), c.tenantsTokenCmd(),
 		c.tenantsPauseCmd("pause", true), c.tenantsPauseCmd("resume", false))
 	c.addFlags(cmd.PersistentFlags(), usesDatabase|usesLog)
 	return cmd
@@ -95,7 +95,7 @@ tenants pause <tenant> --dest <destination>), both, or no.`,
 				return err
 			}
 			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TENANT\tWEIGHT\tPAUSED\tDEST\tMAX SLOTS\tIN USE\tDEST WEIGHT\tQUOTA")
+			fmt.Fprintln(w, "TENANT\tWEIGHT\tPAUSED\tDEST\tMAX SLOTS\tIN USE\tDEST WEIGHT\tRATE\tQUOTA")
 			for _, t := range ts {
 				ls, err := st.Limits(cmd.Context(), t.ID)
 				if err != nil {
@@ -103,14 +103,18 @@ tenants pause <tenant> --dest <destination>), both, or no.`,
 				}
 				q := quotas[t.ID].String()
 				if len(ls) == 0 {
-					fmt.Fprintf(w, "%s\t%d\t%s\t-\t-\t-\t-\t%s\n", t.ID, t.Weight, pausedBy(t.Paused, false), q)
+					fmt.Fprintf(w, "%s\t%d\t%s\t-\t-\t-\t-\t-\t%s\n", t.ID, t.Weight, pausedBy(t.Paused, false), q)
 				}
 				for _, l := range ls {
 					dw := "-"
 					if l.Weight > 0 {
 						dw = strconv.Itoa(l.Weight)
 					}
-					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", t.ID, t.Weight, pausedBy(t.Paused, l.Paused), l.Dest, l.MaxSlots, l.InUse, dw, q)
+					rate := "-"
+					if l.Rate > 0 {
+						rate = fmt.Sprintf("%d/s", l.Rate)
+					}
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.ID, t.Weight, pausedBy(t.Paused, l.Paused), l.Dest, l.MaxSlots, l.InUse, dw, rate, q)
 				}
 			}
 			return w.Flush()
@@ -192,6 +196,43 @@ func (c *cli) tenantsSetWeightCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dest, "dest", "", "only this destination (default: the tenant's weight everywhere)")
 	cmd.Flags().IntVar(&weight, "weight", 0, "weight (≥ 1)")
+	return cmd
+}
+
+func (c *cli) tenantsSetRateCmd() *cobra.Command {
+	var (
+		dest string
+		rate int
+	)
+	cmd := &cobra.Command{
+		Use:   "set-rate <tenant-id> --dest <destination> --events-per-sec <n>",
+		Short: "Cap the events per second dispatched for a tenant to one destination, on top of its slots (live; 0 removes the cap)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dest == "" || !cmd.Flags().Changed("events-per-sec") {
+				return usageError{fmt.Errorf("--dest and --events-per-sec are required")}
+			}
+			if rate < 0 {
+				return usageError{fmt.Errorf("--events-per-sec %d: want 0 (no cap) or more", rate)}
+			}
+			st, pool, err := c.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := st.SetDestRate(cmd.Context(), args[0], dest, rate); err != nil {
+				return err
+			}
+			if rate == 0 {
+				fmt.Fprintf(c.out, "%s: no rate cap in %s\n", args[0], dest)
+				return nil
+			}
+			fmt.Fprintf(c.out, "%s: at most %d events/s in %s\n", args[0], rate, dest)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dest, "dest", "", "destination: postgres, clickhouse or b2b:<partner>")
+	cmd.Flags().IntVar(&rate, "events-per-sec", 0, "events per second at most (0: no cap)")
 	return cmd
 }
 

@@ -81,6 +81,10 @@ type tenantState struct {
 	replayUntil uint64
 	replayRate  int
 	replayLim   *rate.Limiter
+	// rate caps the pair's events per second (tenancy.PairState.Rate; 0:
+	// no cap), metered by rateLim.
+	rate    int
+	rateLim *rate.Limiter
 	// dense: a run of sequences that are all the tenant's (a replayed
 	// import, a flood queued while the others were quiet): batches are cut
 	// from it by arithmetic, without reading PRODUCTS.
@@ -257,6 +261,7 @@ func (x *destination) seed(p tenancy.PairState, backlog, first uint64, dense den
 	ts := x.state(p.Tenant)
 	ts.weight = max(p.Weight, 1)
 	ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
+	ts.rate = p.Rate
 	if _, ok := dense.at(p.NextSeq); ok {
 		ts.dense = dense
 	} else if _, ok := ts.dense.at(p.NextSeq); !ok {

@@ -91,3 +91,9 @@ func (d *Dispatcher) Weight(dest, tenant string) int {
 	}
 	return 0
 }
+
+// RateLimited returns how many grants of dest a pair's dispatch rate held
+// back.
+func (d *Dispatcher) RateLimited(dest string) float64 {
+	return testutil.ToFloat64(d.m.rateLimited.WithLabelValues(dest))
+}

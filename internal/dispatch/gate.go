@@ -17,8 +17,8 @@ import (
 //     its slots is released (unblock), or until notifications may have
 //     been lost (unblockAll);
 //   - held (holdBack), costing nothing and keeping its place, until the
-//     hold's timer or an earlier event ends it: a replay's rate
-//     (replayBudget, throttle), a wait for the start-up backfill to
+//     hold's timer or an earlier event ends it: the pair's dispatch rate
+//     (rateBudget) or a replay's (replayBudget, throttle), a wait for the start-up backfill to
 //     deliver a batch (waitForBackfill), a wait for the refill to bring
 //     bodies (carried), a dependency that failed (setAside);
 //   - parked: another dispatcher owns the pair (members.go).
@@ -55,6 +55,36 @@ func (x *destination) replayBudget(ts *tenantState, cursor uint64, n *int) (repl
 		return ts.replayUntil, nil, time.Duration((float64(*n) - tokens) / float64(r) * float64(time.Second))
 	}
 	return ts.replayUntil, ts.replayLim, 0
+}
+
+// rateBudget meters a pair whose dispatch rate is capped (tenantState.rate):
+// a grant then covers at most one second's worth of events, and no more
+// than the tokens the rate has earned since. It returns the limiter to
+// charge with what the grant dispatched (nil: no cap) and how long to
+// wait before the tenant may be granted again (0: go ahead with *n
+// events).
+func (x *destination) rateBudget(ts *tenantState, n *int) (lim *rate.Limiter, wait time.Duration) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := ts.rate
+	if r <= 0 {
+		ts.rateLim = nil
+		return nil, 0
+	}
+	if ts.rateLim == nil || ts.rateLim.Limit() != rate.Limit(r) {
+		ts.rateLim = rate.NewLimiter(rate.Limit(r), r)
+	}
+	*n = min(*n, r)
+	if tokens := ts.rateLim.TokensAt(x.d.cfg.Clock()); tokens < float64(*n) {
+		// Wait for a batch's worth (or what is wanted, if less) rather
+		// than cut tiny batches at the rate's pace.
+		want := min(*n, x.size)
+		if tokens < float64(want) {
+			return nil, time.Duration((float64(want) - tokens) / float64(r) * float64(time.Second))
+		}
+		*n = int(tokens)
+	}
+	return ts.rateLim, 0
 }
 
 // throttle ends a grant the replay's rate holds back: the tenant is

@@ -46,10 +46,12 @@ type grant struct {
 	// lim, when set, is charged with what the grant dispatches.
 	replayUntil uint64
 	lim         *rate.Limiter
-	source      string // index, dense, feed or read
-	limited     bool   // a read sized by the slots freed (readMax)
-	backDone    bool   // the backfill was done before the cut (caughtUp)
-	first       time.Time
+	// rateLim, when set, is the pair's dispatch rate, charged likewise.
+	rateLim  *rate.Limiter
+	source   string // index, dense, feed or read
+	limited  bool   // a read sized by the slots freed (readMax)
+	backDone bool   // the backfill was done before the cut (caughtUp)
+	first    time.Time
 	// denseTimes delivers a dense grant's store times, learned while its
 	// slots are taken.
 	denseTimes chan []*work.Times
@@ -101,6 +103,13 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 	p.replayUntil, p.lim, wait = x.replayBudget(ts, p.from, &n)
 	if wait > 0 {
 		x.throttle(k, ts, wait)
+		return nil, false
+	}
+	if p.rateLim, wait = x.rateBudget(ts, &n); wait > 0 {
+		d.m.rateLimited.WithLabelValues(x.name).Inc()
+		x.mu.Lock()
+		x.holdBack(k, ts, wait)
+		x.mu.Unlock()
 		return nil, false
 	}
 	p.backDone = d.backDone.Load() // before the cut: see caughtUp
@@ -207,8 +216,10 @@ func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Le
 	}
 	at = d.cfg.Clock().UTC()
 	sent := sum(p.counts[:len(leases)])
-	if p.lim != nil {
-		p.lim.ReserveN(at, sent) // sent ≤ n ≤ burst: the limiter's debt paces the next grant
+	for _, lim := range []*rate.Limiter{p.lim, p.rateLim} {
+		if lim != nil {
+			lim.ReserveN(at, sent) // sent ≤ n ≤ burst: the limiter's debt paces the next grant
+		}
 	}
 	p.caughtUp = caughtUp(p.source, p.pending, p.backDone)
 	next := leases[len(leases)-1].ToSeq + 1

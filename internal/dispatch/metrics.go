@@ -20,6 +20,7 @@ type metrics struct {
 	errors        *prometheus.CounterVec   // dest, op
 	replayed      *prometheus.CounterVec   // dest: events dispatched again for a replay
 	throttled     *prometheus.CounterVec   // dest: grants a replay's rate held back
+	rateLimited   *prometheus.CounterVec   // dest: grants a pair's dispatch rate held back
 	backfillWaits *prometheus.CounterVec   // dest: grants held back for the start-up backfill to deliver a batch
 	bodyWaits     *prometheus.CounterVec   // dest: grants held back for the refill to bring their bodies
 	refilled      prometheus.Counter       // event bodies the refill read again
@@ -69,6 +70,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replayed_events_total", Help: "Events dispatched again for a replay (included in events_total), by destination."}, []string{"dest"}),
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "replay_throttled_total", Help: "Grants of a replaying tenant held back by the replay's rate, by destination."}, []string{"dest"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "rate_limited_total", Help: "Grants held back by their pair's dispatch rate (fairway tenants set-rate), by destination."}, []string{"dest"}),
 		backfillWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "backfill_waits_total", Help: "Grants held back a moment because the start-up backfill had delivered less than a batch past the tenant's cursor, by destination."}, []string{"dest"}),
 		bodyWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -89,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "replay_feeds", Help: "Replay feeds running: one consumer of PRODUCTS per (tenant, destination) this dispatcher is replaying, which learns the replayed events' sequences and store times."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.backfillWaits, m.bodyWaits, m.refilled, m.read,
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.rateLimited, m.backfillWaits, m.bodyWaits, m.refilled, m.read,
 		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.feeds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -29,6 +29,7 @@ const (
 	ReasonRetrying    = "retrying"             // a held batch failed and is being retried with backoff
 	ReasonLimitZero   = "limit 0"              // max_slots is 0: dispatch is switched off
 	ReasonReplaying   = "replaying"            // a replay is dispatched again, paced by its rate
+	ReasonRateLimited = "rate limited"         // more than a second's worth waits behind the pair's dispatch rate
 	// ReasonStreamReset: the cursor does not belong to stream PRODUCTS (it
 	// was recreated or restored); nothing is dispatched until `fairway
 	// cursors reset` (pkg/tenancy CheckStream).
@@ -47,7 +48,9 @@ type Row struct {
 	NextSeq      uint64
 	// Replaying: the cursor is inside a replayed range.
 	Replaying bool
-	Reason    string
+	// Rate caps the events per second dispatched for the pair (0: none).
+	Rate   int `json:",omitempty"`
+	Reason string
 	// WaitDetail is what the sink said about a batch that is retrying or
 	// waiting for an open circuit (the last error), or why the pair is
 	// held for a stream reset, else "".
@@ -87,7 +90,7 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 	rows := make([]Row, 0, len(pairs))
 	for _, p := range pairs {
 		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
-			Paused: p.Paused, NextSeq: p.NextSeq, Replaying: p.Replaying(), DeadLetters: dead[p.Dest+" "+p.Tenant]}
+			Paused: p.Paused, NextSeq: p.NextSeq, Replaying: p.Replaying(), Rate: p.Rate, DeadLetters: dead[p.Dest+" "+p.Tenant]}
 		switch p.Wait {
 		case tenancy.WaitCircuitOpen:
 			r.Reason, r.WaitDetail = ReasonCircuitOpen, p.WaitDetail
@@ -127,6 +130,8 @@ func reason(r Row) string {
 		return ReasonAtLimit
 	case r.Replaying:
 		return ReasonReplaying
+	case r.Rate > 0 && r.Backlog > uint64(r.Rate):
+		return ReasonRateLimited
 	default:
 		return ReasonDispatching
 	}

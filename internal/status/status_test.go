@@ -32,7 +32,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	}
 	pub, _ := events.NewPublisher(js)
 	var evs []events.Event
-	for i, tenant := range []string{"acme", "acme", "acme", "busy", "sleepy", "open", "again", "again"} {
+	for i, tenant := range []string{"acme", "acme", "acme", "busy", "sleepy", "open", "again", "again", "paced", "paced", "paced"} {
 		evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprint(i), Version: 1, Op: events.OpUpsert,
 			OccurredAt: time.Now(), Payload: []byte(`{}`)})
 	}
@@ -67,6 +67,13 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := st.SetLimit(ctx, "busy", "postgres", 0); err != nil {
+		t.Fatal(err)
+	}
+	// paced: 3 events behind a rate of 1 a second, slots free.
+	if _, err := st.Cursor(ctx, "paced", "postgres"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetDestRate(ctx, "paced", "postgres", 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.SetPaused(ctx, "sleepy", true); err != nil {
@@ -123,6 +130,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		"quiet/postgres":  {0, status.ReasonIdle, 0},
 		"done/clickhouse": {0, status.ReasonApplying, 0},
 		"again/postgres":  {2, status.ReasonReplaying, 0},
+		"paced/postgres":  {3, status.ReasonRateLimited, 0},
 		"reset/postgres":  {0, status.ReasonStreamReset, 0},
 	}
 	for k, w := range want {

@@ -24,7 +24,8 @@ type Released struct {
 	Cursor bool
 	// Weight says an operator changed the pair's weight (SetDestWeight) or
 	// its tenant's (SetWeight, one notification per destination of the
-	// tenant): reload it rather than wait for the next poll.
+	// tenant), or its dispatch rate (SetDestRate): reload it rather than
+	// wait for the next poll.
 	Weight bool
 	// Partner is the change an operator made to the partner that Dest
 	// ("b2b:<partner>") names for Tenant: PartnerAdded, PartnerChanged or

@@ -36,6 +36,9 @@ type PairStatus struct {
 	// ResetCursors.
 	StreamReset      string
 	StreamResetSince time.Time
+	// Rate caps the events per second dispatched for the pair (SetDestRate;
+	// 0: no cap).
+	Rate int
 }
 
 // Replaying says whether the cursor is inside a replayed range.
@@ -54,7 +57,8 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused OR l.paused,
 		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()),
 		       COALESCE(c.next_seq, 1), COALESCE(c.replay_until, 0), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since,
-		       CASE WHEN l.stream_reset_at IS NULL THEN '' ELSE COALESCE(l.stream_reset_detail, 'stream reset') END, l.stream_reset_at
+		       CASE WHEN l.stream_reset_at IS NULL THEN '' ELSE COALESCE(l.stream_reset_detail, 'stream reset') END, l.stream_reset_at,
+		       l.events_per_sec
 		FROM fairway.limits l
 		JOIN fairway.tenants t ON t.id = l.tenant
 		LEFT JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
@@ -73,7 +77,7 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 		var next, until int64
 		var since, resetSince *time.Time
 		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next, &until, &p.Wait, &p.WaitDetail, &since,
-			&p.StreamReset, &resetSince)
+			&p.StreamReset, &resetSince, &p.Rate)
 		p.NextSeq, p.ReplayUntil = uint64(next), uint64(until)
 		if since != nil {
 			p.WaitSince = *since

@@ -189,6 +189,9 @@ type PairState struct {
 	// (0: the dispatcher's default; ReplayUnthrottled: not throttled).
 	ReplayUntil uint64
 	ReplayRate  int
+	// Rate caps the events per second dispatched for the pair (SetDestRate;
+	// 0: no cap).
+	Rate int
 }
 
 // Replaying says whether the cursor is inside a replayed range.
@@ -221,7 +224,8 @@ func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairStat
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT l.tenant, c.next_seq, CASE WHEN l.weight > 0 THEN l.weight ELSE t.weight END,
-			COALESCE(c.replay_until, 0), CASE WHEN c.replay_rate = 0 THEN -1 ELSE COALESCE(c.replay_rate, 0) END
+			COALESCE(c.replay_until, 0), CASE WHEN c.replay_rate = 0 THEN -1 ELSE COALESCE(c.replay_rate, 0) END,
+			l.events_per_sec
 		FROM fairway.limits l
 		JOIN fairway.tenants t ON t.id = l.tenant
 		JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
@@ -234,7 +238,7 @@ func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairStat
 			p           PairState
 			next, until int64
 		)
-		err := r.Scan(&p.Tenant, &next, &p.Weight, &until, &p.ReplayRate)
+		err := r.Scan(&p.Tenant, &next, &p.Weight, &until, &p.ReplayRate, &p.Rate)
 		p.NextSeq, p.ReplayUntil = uint64(next), uint64(until)
 		return p, err
 	})

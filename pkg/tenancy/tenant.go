@@ -34,6 +34,8 @@ type Limit struct {
 	// Paused says the destination is paused for this tenant
 	// (SetDestPaused); the tenant's own pause (Tenant.Paused) is apart.
 	Paused bool
+	// Rate caps the events per second dispatched (SetDestRate; 0: none).
+	Rate int
 }
 
 const tenantCols = `id, display_name, weight, paused, created_at`
@@ -224,6 +226,26 @@ func (s *Store) SetDestWeight(ctx context.Context, tenant, dest string, weight i
 	return s.sendLimitBatch(ctx, b, "set weight", tenant, dest)
 }
 
+// SetDestRate caps the events per second dispatched for (tenant, dest),
+// on top of its slots; 0 removes the cap. It notifies dispatchers
+// (Released.Weight), which apply it at once. ErrUnknownTenant if the
+// tenant does not exist.
+func (s *Store) SetDestRate(ctx context.Context, tenant, dest string, eventsPerSec int) error {
+	if err := validPair(tenant, dest); err != nil {
+		return err
+	}
+	if eventsPerSec < 0 {
+		return fmt.Errorf("set rate %s/%s: %w: %d events/s below 0", tenant, dest, ErrInvalidArgument, eventsPerSec)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO fairway.limits (tenant, dest, max_slots, events_per_sec) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (tenant, dest) DO UPDATE SET events_per_sec = EXCLUDED.events_per_sec, changed_at = now()`,
+		tenant, dest, s.cfg.DefaultMaxSlots, eventsPerSec)
+	s.queueSlotsAndCursor(b, tenant, dest)
+	b.Queue(`SELECT pg_notify('`+NotifyChannel+`', $1::text || ' ' || $2::text || ' `+notifyWeight+`')`, tenant, dest)
+	return s.sendLimitBatch(ctx, b, "set rate", tenant, dest)
+}
+
 // queueSlotsAndCursor makes sure slot rows exist below the current limit,
 // the cursor row exists, and wakes listeners (capacity may have grown).
 func (s *Store) queueSlotsAndCursor(b *pgx.Batch, tenant, dest string) {
@@ -255,14 +277,15 @@ func (s *Store) Limits(ctx context.Context, tenant string) ([]Limit, error) {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT l.tenant, l.dest, l.max_slots, l.weight,
-			(SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()), l.paused
+			(SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()), l.paused,
+			l.events_per_sec
 		FROM fairway.limits l WHERE l.tenant = $1 ORDER BY l.dest`, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("limits of %s: %w", tenant, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Limit, error) {
 		var l Limit
-		err := r.Scan(&l.Tenant, &l.Dest, &l.MaxSlots, &l.Weight, &l.InUse, &l.Paused)
+		err := r.Scan(&l.Tenant, &l.Dest, &l.MaxSlots, &l.Weight, &l.InUse, &l.Paused, &l.Rate)
 		return l, err
 	})
 	if err != nil {

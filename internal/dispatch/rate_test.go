@@ -1,0 +1,89 @@
+package dispatch_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// A pair's dispatch rate caps the events dispatched per second on top of
+// its slots: never more than a second's worth (the burst) plus the rate
+// times the time since the first grant. Removing the cap takes effect at
+// once, without waiting for a poll.
+func TestDispatchRate(t *testing.T) {
+	t.Parallel()
+	const (
+		rate   = 200
+		events = 3000
+		paced  = 600 // dispatched under the cap before it is removed
+	)
+	e := setup(t, time.Minute)
+	e.tenant("paced", 1, 100, pg)
+	e.publish("paced", events)
+	if err := e.st.SetDestRate(e.ctx, "paced", pg, rate); err != nil {
+		t.Fatal(err)
+	}
+	type commit struct {
+		at     time.Time
+		events int
+	}
+	var (
+		mu      sync.Mutex
+		commits []commit
+	)
+	total := func() (n int, first, last time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range commits {
+			n += c.events
+		}
+		if len(commits) > 0 {
+			first, last = commits[0].at, commits[len(commits)-1].at
+		}
+		return n, first, last
+	}
+	e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 50, PollInterval: time.Hour}, func(d *dispatch.Dispatcher) {
+		d.SetAfterCommit(func(ls []tenancy.Lease) {
+			c := commit{at: time.Now()}
+			for _, l := range ls {
+				c.events += int(l.ToSeq - l.FromSeq + 1)
+			}
+			mu.Lock()
+			commits = append(commits, c)
+			mu.Unlock()
+		})
+	})
+	e.waitFor("the paced events dispatched", func() bool { n, _, _ := total(); return n >= paced })
+	mu.Lock()
+	t0, sum := commits[0].at, 0
+	for _, c := range commits {
+		sum += c.events
+		// A commit's events were granted before it: allow one grant of
+		// slack for the time between the grant and the commit.
+		if bound := rate + int(float64(rate)*c.at.Sub(t0).Seconds()) + rate; sum > bound {
+			t.Errorf("%d events dispatched %v after the first grant, cap %d", sum, c.at.Sub(t0), bound)
+		}
+	}
+	mu.Unlock()
+	n, first, last := total()
+	if minimum := time.Duration(float64(n-rate) / rate * float64(time.Second)); last.Sub(first) < minimum*9/10 {
+		t.Errorf("%d events dispatched in %v, the rate allows them in no less than %v", n, last.Sub(first), minimum)
+	}
+	if d.RateLimited(pg) == 0 {
+		t.Error("no grant was held back by the rate")
+	}
+
+	start := time.Now()
+	if err := e.st.SetDestRate(e.ctx, "paced", pg, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("every event dispatched", func() bool { n, _, _ := total(); return n >= events })
+	rest := events - paced
+	if took, capped := time.Since(start), time.Duration(rest/rate)*time.Second; took > capped/2 {
+		t.Errorf("the last %d events took %v after the cap was removed; at the cap they take %v", rest, took, capped)
+	}
+}
