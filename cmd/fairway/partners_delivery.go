@@ -99,7 +99,7 @@ func (c *cli) partnersSetBatchCmd() *cobra.Command {
 		Short: "Send a partner one event per request (1) or batches of up to N events",
 		Long: `Bounds the events of one request to the partner: 1 sends every event on its
 own, N up to N, 0 as many as --max-request-bytes allows (the default).
-Sinks pick the change up within 5 seconds.`,
+Sinks pick the change up at once.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("max-events") {
@@ -119,6 +119,41 @@ Sinks pick the change up within 5 seconds.`,
 		},
 	}
 	cmd.Flags().IntVar(&maxEvents, "max-events", 0, fmt.Sprintf("events per request: 1 (single), up to %d, or 0 (as many as fit)", b2b.MaxEventsMax))
+	return cmd
+}
+
+func (c *cli) partnersSetRateCmd() *cobra.Command {
+	perSec := -1
+	cmd := &cobra.Command{
+		Use:   "set-rate <tenant-id> <partner> --requests-per-sec N",
+		Short: "Declare the most requests a second a partner takes (0: no limit)",
+		Long: `Every sink replica paces its requests to the partner through one
+PostgreSQL row, so together they never send more than N requests in any
+second. A batch waiting for its turn keeps its slot. Sinks pick the
+change up at once.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("requests-per-sec") {
+				return usageError{errors.New("--requests-per-sec is required")}
+			}
+			reg, _, done, err := c.registry(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer done()
+			p, err := reg.SetRequestRate(cmd.Context(), args[0], args[1], perSec)
+			if err != nil {
+				return err
+			}
+			if p.RequestsPerSec == 0 {
+				fmt.Fprintf(c.out, "%s %s: no request rate limit\n", p.Tenant, p.Dest())
+				return nil
+			}
+			fmt.Fprintf(c.out, "%s %s takes at most %d requests a second\n", p.Tenant, p.Dest(), p.RequestsPerSec)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&perSec, "requests-per-sec", 0, fmt.Sprintf("requests a second, 1 to %d, or 0 (no limit)", b2b.RequestsPerSecMax))
 	return cmd
 }
 

@@ -72,10 +72,17 @@ func TestPartnersTransformBatchDeliveriesCmd(t *testing.T) {
 	if out = mustRun("list", "acme"); !strings.Contains(out, "MAX EVENTS") {
 		t.Fatalf("list after set-batch:\n%s", out)
 	}
+	if out = mustRun("set-rate", "acme", "erp", "--requests-per-sec", "20"); !strings.Contains(out, "acme b2b:erp takes at most 20 requests a second") {
+		t.Fatalf("set-rate printed %q", out)
+	}
+	if out, err := run("set-rate", "acme", "erp", "--requests-per-sec", "-3"); err == nil {
+		t.Fatalf("set-rate -3 accepted: %s", out)
+	}
 
 	var ue usageError
 	for _, bad := range [][]string{
 		{"set-transform", "acme", "erp"},
+		{"set-rate", "acme", "erp"},
 		{"set-transform", "acme", "erp", "--clear", "--map", "event"},
 		{"set-transform", "acme", "erp", "--map", "event", "--map-file", file},
 		{"set-transform", "acme", "erp", "--map-file", filepath.Join(t.TempDir(), "missing")},

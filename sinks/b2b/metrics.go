@@ -13,6 +13,7 @@ type metrics struct {
 	filtered        prometheus.Counter
 	transformErrors prometheus.Counter
 	logDropped      *prometheus.CounterVec
+	paced           prometheus.Counter
 }
 
 func newMetrics(dest string) metrics {
@@ -33,9 +34,14 @@ func newMetrics(dest string) metrics {
 			Help:        "Delivery log rows not written: reason=full (the buffer was full; deliveries never wait for the log) or failed (the write failed).",
 			ConstLabels: labels,
 		}, []string{"reason"}),
+		paced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "fairway_sink_b2b_rate_wait_seconds_total",
+			Help:        "Time requests waited for a partner's declared request rate (fairway partners set-rate).",
+			ConstLabels: labels,
+		}),
 	}
 }
 
 func (m metrics) register(r prometheus.Registerer) error {
-	return errors.Join(r.Register(m.filtered), r.Register(m.transformErrors), r.Register(m.logDropped))
+	return errors.Join(r.Register(m.filtered), r.Register(m.transformErrors), r.Register(m.logDropped), r.Register(m.paced))
 }

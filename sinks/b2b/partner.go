@@ -96,6 +96,10 @@ type Partner struct {
 	// its own; 0 (the default) leaves only MaxRequestBytes, in [0,
 	// MaxEventsMax] (Registry.SetMaxEvents).
 	MaxEvents int
+	// RequestsPerSec is the most requests a second the partner takes (its
+	// declared limit), across every sink replica; 0: no limit
+	// (Registry.SetRequestRate).
+	RequestsPerSec int
 
 	CreatedAt, UpdatedAt time.Time
 }

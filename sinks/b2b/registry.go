@@ -54,7 +54,7 @@ func NewRegistry(pool *pgxpool.Pool, cfg *RegistryConfig) (*Registry, error) {
 }
 
 const partnerCols = `tenant_id, partner, url, secret, enabled, timeout_ms, max_request_bytes, ops, created_at, updated_at,
-	signing, previous_secret, previous_secret_until, filter_expr, map_expr, max_events`
+	signing, previous_secret, previous_secret_until, filter_expr, map_expr, max_events, requests_per_sec`
 
 // Add registers p (zero Signing, Timeout and MaxRequestBytes take their
 // defaults; Enabled is taken as given; PreviousSecret is ignored). It
@@ -274,7 +274,7 @@ func (r *Registry) scan(row pgx.Row, withSecret bool) (Partner, error) {
 	var previousUntil *time.Time
 	var filter, mapping *string
 	if err := row.Scan(&p.Tenant, &p.Name, &p.URL, &stored, &p.Enabled, &timeoutMS, &p.MaxRequestBytes, &ops, &p.CreatedAt, &p.UpdatedAt,
-		&signing, &previous, &previousUntil, &filter, &mapping, &p.MaxEvents); err != nil {
+		&signing, &previous, &previousUntil, &filter, &mapping, &p.MaxEvents, &p.RequestsPerSec); err != nil {
 		return Partner{}, err
 	}
 	p.Transform = transformOf(filter, mapping)

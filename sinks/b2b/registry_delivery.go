@@ -2,6 +2,7 @@ package b2b
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -40,6 +41,51 @@ func (r *Registry) SetMaxEvents(ctx context.Context, tenant, name string, n int)
 		return Partner{}, r.wrap("set the batch size of", tenant, name, err)
 	}
 	return p, nil
+}
+
+// SetRequestRate sets the most requests a second the partner takes (0:
+// no limit) and returns the partner without its secret. Every sink
+// replica paces its requests to the partner through one row
+// (TakeRequest), so together they never send more.
+func (r *Registry) SetRequestRate(ctx context.Context, tenant, name string, perSec int) (Partner, error) {
+	if perSec < 0 || perSec > RequestsPerSecMax {
+		return Partner{}, fmt.Errorf("%w: requests per second %d not in [0, %d]", ErrInvalidPartner, perSec, RequestsPerSecMax)
+	}
+	p, err := r.update(ctx, tenant, name, `UPDATE fairway.partners SET requests_per_sec = $3, rate_tat = NULL, updated_at = now()
+		WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, perSec)
+	if err != nil {
+		return Partner{}, r.wrap("set the request rate of", tenant, name, err)
+	}
+	return p, nil
+}
+
+// RequestsPerSecMax is the highest request rate a partner may declare.
+const RequestsPerSecMax = 10_000
+
+// TakeRequest claims the partner's next request: it returns 0 when a
+// request may go now, or how long to wait before asking again. Requests
+// are spaced at least 1/RequestsPerSec apart (the generic cell rate
+// algorithm without a burst), so no second of the partner's clock holds
+// more than RequestsPerSec of them, whichever replica sends them. A
+// partner without a limit always gets 0.
+func (r *Registry) TakeRequest(ctx context.Context, tenant, name string) (time.Duration, error) {
+	var wait float64
+	err := r.pool.QueryRow(ctx, `WITH p AS (
+			SELECT requests_per_sec, COALESCE(rate_tat, clock_timestamp()) AS tat, clock_timestamp() AS now
+			FROM fairway.partners WHERE tenant_id = $1 AND partner = $2 AND requests_per_sec > 0 FOR UPDATE
+		), u AS (
+			UPDATE fairway.partners SET rate_tat = GREATEST(p.tat, p.now) + make_interval(secs => 1.0 / p.requests_per_sec)
+			FROM p WHERE tenant_id = $1 AND partner = $2 AND p.tat <= p.now
+			RETURNING 1
+		)
+		SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN 0 ELSE EXTRACT(EPOCH FROM p.tat - p.now)::float8 END FROM p`, tenant, name).Scan(&wait)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, nil // no limit (or no partner: the request says so)
+	case err != nil:
+		return 0, fmt.Errorf("take a request of partner %s/%s: %w", tenant, name, err)
+	}
+	return time.Duration(max(wait, 0) * float64(time.Second)), nil
 }
 
 // update runs sql ($1 tenant, $2 name, then args; RETURNING partnerCols)

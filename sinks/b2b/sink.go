@@ -380,6 +380,9 @@ func (s *Sink) post(ctx context.Context, p *Partner, body []byte, key string, n 
 	if wait, cause := br.allow(s.cfg.Clock(), p.Timeout); cause != nil {
 		return &RetryAfterError{Wait: wait, Endpoint: ep, Err: cause}
 	}
+	if err := s.pace(ctx, p); err != nil {
+		return err
+	}
 	sent, start := s.cfg.Clock(), time.Now()
 	status, err := s.send(ctx, p, body, key)
 	s.logAttempt(p, sent, time.Since(start), key, n, status, err)
@@ -402,6 +405,31 @@ func (s *Sink) post(ctx context.Context, p *Partner, body []byte, key string, n 
 		return fmt.Errorf("POST %s (%d events, %d bytes): %w", redactURL(p.URL), n, len(body), err)
 	}
 	return nil
+}
+
+// pace waits until the partner's declared request rate lets a request go
+// (Registry.TakeRequest), holding the batch's slot meanwhile.
+func (s *Sink) pace(ctx context.Context, p *Partner) error {
+	if p.RequestsPerSec <= 0 {
+		return nil
+	}
+	for {
+		wait, err := s.cfg.Registry.TakeRequest(ctx, p.Tenant, p.Name)
+		if err != nil {
+			return err
+		}
+		if wait <= 0 {
+			return nil
+		}
+		s.m.paced.Add(wait.Seconds())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // observe records an outcome and logs breaker transitions.
