@@ -61,7 +61,8 @@ func Percentile(ds []time.Duration, p float64) float64 {
 }
 
 // WaitUntil polls cond every 10 ms until it holds (true), or until deadline
-// passes or ctx ends (false).
+// passes or ctx ends (false): for benchmarks, which decide themselves what
+// a wait that ran out means. Tests wait with Eventually.
 func WaitUntil(ctx context.Context, deadline time.Time, cond func() bool) bool {
 	for !cond() {
 		if time.Now().After(deadline) || ctx.Err() != nil {

@@ -3,12 +3,14 @@ package tenancy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -17,13 +19,12 @@ const recoverTTL = 200 * time.Millisecond
 // waitExpired waits until the database clock has passed l's expiry.
 func waitExpired(ctx context.Context, t *testing.T, pool *pgxpool.Pool, l tenancy.Lease) {
 	t.Helper()
-	for dbClock(ctx, t, pool).Before(l.ExpiresAt.Add(time.Millisecond)) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("lease did not expire")
-		case <-time.After(20 * time.Millisecond):
+	testenv.Eventually(t, waitMax, "the lease to expire", func() error {
+		if now := dbClock(ctx, t, pool); now.Before(l.ExpiresAt.Add(time.Millisecond)) {
+			return fmt.Errorf("database clock %s, lease expires at %s", now.Format(time.StampMicro), l.ExpiresAt.Format(time.StampMicro))
 		}
-	}
+		return nil
+	})
 }
 
 func orphansOf(ctx context.Context, t *testing.T, st *tenancy.Store) []tenancy.Orphan {
