@@ -11,12 +11,11 @@ import (
 )
 
 // SyncDisk writes out what a benchmark's bulk publish left dirty in the
-// page cache (290-360 MB of the server's files for a million events)
+// page cache (hundreds of MB of the server's files for a million events)
 // before its clock starts. Else the kernel writes it back about 30 s after
 // the publish (vm.dirty_expire_centisecs), into whatever is measured then:
-// BenchmarkReplayImpact's small tenants had a p99 of 11-59 ms in the
-// windows at that moment, 5-7 ms in the others, with or without the
-// replay, and 5.8 ms there once it synced.
+// a write-back raises the latencies of the window it falls in several
+// times over, with or without what the benchmark compares.
 func SyncDisk() { syscall.Sync() }
 
 // EnvInt reads a benchmark knob: the positive integer in the environment

@@ -295,8 +295,9 @@ func (ir *itemRun) checkBareOps(ctx context.Context) string {
 // it is 90 % synchronized (nats-server 2.15): it may lack the newest events.
 // If the stream's leader holds one of the tenant's events in the range after
 // the last one read, the read is retried (an error); otherwise the missing
-// events really left the stream. Seen in the NATS failover test:
-// acknowledged events dead-lettered as "aged out" right after a restart.
+// events really left the stream. Without that check, acknowledged events
+// read from a restarted node would be dead-lettered as "aged out" (the
+// NATS failover test restarts nodes under traffic).
 func (r *Runner) shortRead(ctx context.Context, it work.Item, out []work.Stored) error {
 	from := it.FromSeq
 	if len(out) > 0 {
@@ -495,9 +496,8 @@ func (ir *itemRun) finish(stop, ctx context.Context, left int) string {
 // ackAttemptTimeout bounds the first attempt to acknowledge an item; each
 // retry gets twice as long as the one before. An ack sent while the
 // consumer's leader moves (a NATS node lost) is dropped without an answer;
-// one attempt bounded only by AckWait held the worker for all of it (seen in
-// the NATS failover test: workers stuck 30 s). Short attempts get through as
-// soon as the new leader answers.
+// one attempt bounded only by AckWait would hold the worker for all of it.
+// Short attempts get through as soon as the new leader answers.
 const ackAttemptTimeout = 2 * time.Second
 
 // ack acknowledges the item (double ack: the server confirms), in attempts
