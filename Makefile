@@ -44,7 +44,7 @@ test: services ## Run every test (real PostgreSQL, ClickHouse, embedded JetStrea
 
 .PHONY: chaos
 chaos: services ## Kill dispatchers and sinks (-9) FAIRWAY_CHAOS_KILLS times (default 100) under load, then account for every event
-	@$(WITH_ENV) FAIRWAY_CHAOS_KILLS=$(or $(FAIRWAY_CHAOS_KILLS),100) $(GO) test -race -count=1 -timeout 60m -run '^TestProcessKills$$' -v ./internal/chaos/
+	@$(WITH_ENV) FAIRWAY_CHAOS_KILLS=$(or $(FAIRWAY_CHAOS_KILLS),100) $(GO) test -race -count=1 -timeout 60m -run '^TestProcessKills$$' -v ./internal/faults/kills/
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 1m)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
 
@@ -84,8 +85,7 @@ func loadCluster(t *testing.T) []*server.Options {
 // leader and every one of them is current.
 func waitForMetaLeader(t *testing.T, srvs []*server.Server) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, time.Minute, "a JetStream meta leader", func() error {
 		leaders, current := 0, 0
 		for _, s := range srvs {
 			if s.JetStreamIsLeader() {
@@ -95,14 +95,11 @@ func waitForMetaLeader(t *testing.T, srvs []*server.Server) {
 				current++
 			}
 		}
-		if leaders == 1 && current == len(srvs) {
-			return
+		if leaders != 1 || current != len(srvs) {
+			return fmt.Errorf("%d leaders, %d of %d current", leaders, current, len(srvs))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no JetStream meta leader in 60s: %d leaders, %d of %d current", leaders, current, len(srvs))
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+		return nil
+	})
 }
 
 func TestCluster(t *testing.T) {

@@ -3,6 +3,7 @@ package natsconf_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,12 +64,10 @@ func TestTenantComesFromTheSubject(t *testing.T) {
 	startService(t, ctx, filepath.Join(bin, "dispatcher"), natsURL("dispatcher"), dsn, "--dest", "postgres", "--listen", "127.0.0.1:0")
 	// The dispatcher creates WORK, which the sinks user may only use.
 	operator := connect(t, url, "operator")
-	if !testenv.WaitUntil(ctx, time.Now().Add(time.Minute), func() bool {
+	testenv.Eventually(t, time.Minute, "the dispatcher to create WORK", func() error {
 		_, err := operator.js.Stream(ctx, "WORK")
-		return err == nil
-	}) {
-		t.Fatal("the dispatcher did not create WORK within a minute")
-	}
+		return err
+	})
 	startService(t, ctx, filepath.Join(bin, "sinks"), natsURL("sinks"), dsn, "--dest", "postgres", "--listen", "127.0.0.1:0")
 
 	pub := connect(t, url, "publisher-acme")
@@ -119,19 +118,19 @@ func TestTenantComesFromTheSubject(t *testing.T) {
 		}
 		return out
 	}
-	ok := testenv.WaitUntil(ctx, time.Now().Add(2*time.Minute), func() bool {
+	testenv.Eventually(t, 2*time.Minute, "acme/p1 and acme/p2 applied, 2 events dead-lettered", func() error {
 		q, err := dlq.Open(ctx, operator.js, "")
 		if err != nil {
-			return false
+			return err
 		}
 		if letters, err = q.List(ctx, dlq.Filter{}); err != nil {
 			t.Fatal(err)
 		}
-		return len(letters) == 2 && len(applied()) == 2
+		if got := applied(); len(letters) != 2 || len(got) != 2 {
+			return fmt.Errorf("applied %v, dead-lettered %d letters (%+v)", got, len(letters), letters)
+		}
+		return nil
 	})
-	if !ok {
-		t.Fatalf("applied %v and dead-lettered %d letters (%+v), want acme/p1, acme/p2 and 2 letters", applied(), len(letters), letters)
-	}
 	if got := applied(); !slices.Equal(got, []string{"acme/p1", "acme/p2"}) {
 		t.Errorf("catalog.products holds %v, want acme/p1 and acme/p2 only", got)
 	}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // FilterMax is the longest Query.Filter: a tenant id's length.
@@ -70,7 +70,7 @@ func ParsePartnerQuery(v url.Values) (PartnerQuery, error) {
 	if len(ts[0]) > FilterMax {
 		return PartnerQuery{}, fmt.Errorf("%w: tenant is %d characters long; a tenant id has at most %d", ErrQuery, len(ts[0]), FilterMax)
 	}
-	if err := tenancy.ValidTenantID(ts[0]); err != nil {
+	if err := events.ValidateTenant(ts[0]); err != nil {
 		return PartnerQuery{}, fmt.Errorf("%w: tenant %q is not a tenant id: they hold only a-z, 0-9, - and _, and start with a letter or digit", ErrQuery, ts[0])
 	}
 	return PartnerQuery{Tenant: ts[0]}, nil

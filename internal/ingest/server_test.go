@@ -412,24 +412,22 @@ func (f *fixture) waitImport(t *testing.T, id, token string) ingest.ImportJob {
 
 func (f *fixture) waitImportFor(t *testing.T, id, token string, wait time.Duration) ingest.ImportJob {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
+	var j ingest.ImportJob
+	testenv.Eventually(t, wait, "import "+id+" to finish", func() error {
 		resp, b := f.get(t, "/v1/imports/"+id, token)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("get import: %d %s", resp.StatusCode, b)
 		}
-		var j ingest.ImportJob
+		j = ingest.ImportJob{}
 		if err := json.Unmarshal(b, &j); err != nil {
 			t.Fatal(err)
 		}
-		if j.Finished() {
-			return j
+		if !j.Finished() {
+			return fmt.Errorf("%+v", j)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("import %s not finished after %v: %+v", id, wait, j)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return j
 }
 
 // importID reads the id from an import's 202 body.

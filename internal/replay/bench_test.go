@@ -52,13 +52,12 @@ import (
 //     FAIRWAY_BENCH_WINDOW (default 3s) each until all of big's events
 //     have been applied again, plus one more window without it. Alternating
 //     gives the windows with and without the replay the same share of
-//     whatever else the machine does meanwhile (a single baseline window
-//     before the replay made the comparison depend on when a stray 200 ms
-//     stall happened to fall); the first 0.5 s of each window is left out.
-//     Short windows split even a stall of some tens of seconds between
-//     both sides: with 10 s windows, where such stalls fell moved the
-//     pooled p99 by more than the replay did (0.59× in one run, 1.26× in
-//     another).
+//     whatever else the machine does meanwhile, where a single baseline
+//     window would make the comparison depend on when a stray stall
+//     happened to fall; the first 0.5 s of each window is left out. Short
+//     windows split even a stall of some tens of seconds between both
+//     sides, where with long ones it may fall on one side only and move
+//     the pooled p99 by more than the replay does.
 //
 // Latency is a small tenant's event from the start of its publish to the
 // end of the Apply that applied it. Reported: the small tenants' p50 and
@@ -67,11 +66,10 @@ import (
 // rate. The same comparison window by window: window_p99_ratio_median is
 // the median, over the windows with the replay, of a window's p99 over the
 // mean p99 of the windows without it on either side, and
-// windows_above_1.10_frac the share of those windows above 1.10. That
-// check was made for 10 s windows, whose pooled p99 moved with where the
-// machine's few stalls fell; a 3 s window holds only about 600 small
-// events, so its p99 is their sixth slowest and the share above 1.10
-// mostly noise (39% in a run whose median was 1.05).
+// windows_above_1.10_frac the share of those windows above 1.10. Both
+// suit long windows (FAIRWAY_BENCH_WINDOW=10s); a 3 s window holds only
+// about 600 small events, so its p99 is their sixth slowest and the share
+// above 1.10 mostly noise: the pooled p99 is the figure.
 // FAIRWAY_BENCH_REPLAY_RATE (events/s, or "unlimited") and
 // FAIRWAY_BENCH_REPLAY_BATCH override the replay's rate and item size,
 // FAIRWAY_BENCH_REPLAY_LOOKAHEAD the dispatcher's ReplayLookahead ("off":
@@ -87,9 +85,8 @@ import (
 // (FAIRWAY_BENCH_NATS=embedded runs it in this one): embedded, its heap
 // (the stream's dedup entries for every one of big's events) is marked by
 // every garbage collection the dispatcher and the runner cause, and those
-// collections, more frequent while the replay allocates, were most of the
-// small tenants' p99 rise (3.3× embedded against 1.37× in a process of its
-// own, 300,000 events, 2026-11-25). FAIRWAY_BENCH_PROFILE_DIR writes CPU
+// collections, more frequent while the replay allocates, then make most of
+// the small tenants' p99 rise. FAIRWAY_BENCH_PROFILE_DIR writes CPU
 // profiles of the first window with the replay and the first without.
 //
 // Run: FAIRWAY_BENCH_REPLAY_EVENTS=200000 go test -run '^$' -bench BenchmarkReplayImpact -benchtime 1x ./internal/replay/

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -370,9 +371,9 @@ func (p *pipeline) converged(s snapshot, tenants ...string) string {
 	return ""
 }
 
-// quiet says why the pipeline is not yet quiet: no work item waiting or out
-// for any destination, no slot of any tenant held.
-func (p *pipeline) quiet(ctx context.Context) (string, error) {
+// quiet says why the pipeline is not yet quiet (nil: it is): no work item
+// waiting or out for any destination, no slot of any tenant held.
+func (p *pipeline) quiet(ctx context.Context) error {
 	for _, d := range pipeDests {
 		name := "sink-" + d
 		if d == pipeDests[2] {
@@ -380,65 +381,40 @@ func (p *pipeline) quiet(ctx context.Context) (string, error) {
 		}
 		c, err := p.js.Consumer(ctx, work.StreamName, name)
 		if err != nil {
-			return "", fmt.Errorf("consumer %s: %w", name, err)
+			return fmt.Errorf("consumer %s: %w", name, err)
 		}
 		info, err := c.Info(ctx)
 		if err != nil {
-			return "", fmt.Errorf("consumer %s: %w", name, err)
+			return fmt.Errorf("consumer %s: %w", name, err)
 		}
 		if n := info.NumPending + uint64(info.NumAckPending); n > 0 {
-			return fmt.Sprintf("%s has %d work items pending", name, n), nil
+			return fmt.Errorf("%s has %d work items pending", name, n)
 		}
 	}
 	ps, err := p.store.PairStatuses(ctx, "")
 	if err != nil {
-		return "", err
+		return err
 	}
 	for _, s := range ps {
 		if s.InUse > 0 {
-			return fmt.Sprintf("%s/%s holds %d slots", s.Tenant, s.Dest, s.InUse), nil
+			return fmt.Errorf("%s/%s holds %d slots", s.Tenant, s.Dest, s.InUse)
 		}
 	}
-	return "", nil
-}
-
-// waitFor polls cond until it reports nothing left to wait for.
-func waitFor(t *testing.T, what string, cond func(ctx context.Context) (string, error)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), pipeWait)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	last := ""
-	for {
-		left, err := cond(ctx)
-		if err != nil && ctx.Err() == nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if err == nil && left == "" {
-			return
-		}
-		if left != "" {
-			last = left
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not reached in %s; last: %s", what, pipeWait, last)
-		case <-tick.C:
-		}
-	}
+	return nil
 }
 
 func (p *pipeline) waitConverged(what string, tenants ...string) snapshot {
 	p.t.Helper()
 	var s snapshot
-	waitFor(p.t, what, func(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), pipeWait)
+	defer cancel()
+	testenv.Eventually(p.t, pipeWait, what, func() error {
 		var err error
 		if s, err = p.snapshot(ctx, tenants...); err != nil {
-			return "", err
+			return err
 		}
 		if left := p.converged(s, tenants...); left != "" {
-			return left, nil
+			return errors.New(left)
 		}
 		return p.quiet(ctx)
 	})
@@ -477,18 +453,20 @@ func (p *pipeline) replayAll(tenant string, during func()) {
 	if during != nil {
 		during()
 	}
-	waitFor(p.t, "replay of "+tenant, func(ctx context.Context) (string, error) {
+	wctx, cancel := context.WithTimeout(ctx, pipeWait)
+	defer cancel()
+	testenv.Eventually(p.t, pipeWait, "replay of "+tenant, func() error {
 		for _, r := range rs {
-			cur, err := p.svc.Get(ctx, r.ID)
+			cur, err := p.svc.Get(wctx, r.ID)
 			if err != nil {
-				return "", err
+				return err
 			}
 			if cur.State != replay.StateDone {
-				return fmt.Sprintf("replay %d (%s) is %s, %d/%d", r.ID, r.Dest, cur.State, cur.Done, cur.Total), nil
+				return fmt.Errorf("replay %d (%s) is %s, %d/%d", r.ID, r.Dest, cur.State, cur.Done, cur.Total)
 			}
 		}
-		if left, err := p.quiet(ctx); left != "" || err != nil {
-			return left, err
+		if err := p.quiet(wctx); err != nil {
+			return err
 		}
 		// Done and quiet: every re-dispatched batch was applied and its
 		// slot released, so the counts are final.
@@ -498,7 +476,7 @@ func (p *pipeline) replayAll(tenant string, during func()) {
 					r.ID, tenant, r.Dest, n, r.Total)
 			}
 		}
-		return "", nil
+		return nil
 	})
 	after := p.applied(tenant)
 	p.t.Logf("replay of %s: applied before %v, after %v", tenant, before, after)

@@ -178,21 +178,17 @@ func TestReplayToSeqThroughThePipeline(t *testing.T) {
 	want := map[uint64]int{}
 	waitApplied := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testenv.Eventually(t, time.Minute, what, func() error {
 			got := s.counts()
 			ok := len(got) == len(want)
 			for k, v := range want {
 				ok = ok && got[k] >= v
 			}
-			if ok {
-				return
+			if !ok {
+				return fmt.Errorf("applied %v, want %v", got, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: applied %v, want %v", what, got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	publish(1, 30)
 	for i := uint64(1); i <= 30; i++ {

@@ -25,8 +25,8 @@ func Latest(batch []Record, skip []bool) []int {
 	// By key, then newest first, then earliest first: the first index of
 	// each key's run is the one to write. No map: sorting the indexes in
 	// batch order is linear when the batch is already in key order (a
-	// catalog import), and hashing every key cost as much as the sort
-	// (BenchmarkLatest).
+	// catalog import), where hashing every key costs about as much as a
+	// sort (BenchmarkLatest).
 	order := func(a, b int) int {
 		ea, eb := &batch[a].Event, &batch[b].Event
 		if c := strings.Compare(ea.Tenant, eb.Tenant); c != 0 {

@@ -2,6 +2,7 @@ package status_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -106,22 +107,18 @@ func TestRowsSayRetryingAndCircuitOpen(t *testing.T) {
 	src := &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}
 	waitReason := func(dest, reason string, detail string) {
 		t.Helper()
-		var last []status.Row
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) {
+		testenv.Eventually(t, time.Minute, fmt.Sprintf("%s to say %q (detail %q)", dest, reason, detail), func() error {
 			rows, err := src.Rows(ctx, "acme")
 			if err != nil {
 				t.Fatal(err)
 			}
-			last = rows
 			for _, r := range rows {
 				if r.Dest == dest && r.Reason == reason && strings.Contains(r.WaitDetail, detail) {
-					return
+					return nil
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatalf("%s never said %q (detail %q): last rows %+v", dest, reason, detail, last)
+			return fmt.Errorf("rows %+v", rows)
+		})
 	}
 	waitReason("b2b:slow", status.ReasonRetrying, "503")
 	waitReason("b2b:down", status.ReasonCircuitOpen, "circuit open")

@@ -11,12 +11,11 @@ import (
 )
 
 // SyncDisk writes out what a benchmark's bulk publish left dirty in the
-// page cache (290-360 MB of the server's files for a million events)
+// page cache (hundreds of MB of the server's files for a million events)
 // before its clock starts. Else the kernel writes it back about 30 s after
 // the publish (vm.dirty_expire_centisecs), into whatever is measured then:
-// BenchmarkReplayImpact's small tenants had a p99 of 11-59 ms in the
-// windows at that moment, 5-7 ms in the others, with or without the
-// replay, and 5.8 ms there once it synced.
+// a write-back raises the latencies of the window it falls in several
+// times over, with or without what the benchmark compares.
 func SyncDisk() { syscall.Sync() }
 
 // EnvInt reads a benchmark knob: the positive integer in the environment
@@ -61,7 +60,8 @@ func Percentile(ds []time.Duration, p float64) float64 {
 }
 
 // WaitUntil polls cond every 10 ms until it holds (true), or until deadline
-// passes or ctx ends (false).
+// passes or ctx ends (false): for benchmarks, which decide themselves what
+// a wait that ran out means. Tests wait with Eventually.
 func WaitUntil(ctx context.Context, deadline time.Time, cond func() bool) bool {
 	for !cond() {
 		if time.Now().After(deadline) || ctx.Err() != nil {

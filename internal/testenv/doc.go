@@ -7,4 +7,6 @@
 // `make test` sets from scripts/dev-services.sh. When a server does not
 // answer, the test fails with a message saying how to start it; it never
 // skips.
+//
+// Eventually is the tests' one way to wait for a state of those servers.
 package testenv

@@ -170,12 +170,11 @@ func (c *NATSChild) CPU() (time.Duration, error) {
 }
 
 // BenchNATSGOGC is the GOGC of a benchmark's server process: what
-// deploy/nats recommends for nats-server. With Go's default of 100 the
-// server collected about every 0.7 s while a million-event flood drained
-// (its live heap 150-240 MB), and its stream requests stalled 40-115 ms
-// at collections (each drops the file store's block caches, and the next
-// write reloads the block: read from the server's code), which set the
-// noisy-neighbour benchmark's small-tenant p99 (deploy/nats/README.md,
+// deploy/nats recommends for nats-server. At Go's default of 100 the
+// server collects often while a flood drains, and each collection drops
+// the file store's block caches, so the writes after it reload their
+// blocks and the server's stream requests stall: that would set the
+// small tenants' p99 the benchmarks measure (deploy/nats/README.md,
 // "Garbage collection").
 const BenchNATSGOGC = "400"
 

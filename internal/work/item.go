@@ -48,8 +48,8 @@ type Item struct {
 	// the tenant's backlog). A sink may hold such an
 	// item back to combine it with others (ClickHouse), costing the tenant
 	// latency only; an item without it is never held, as that would keep
-	// the tenant's slot and slow it down (sink.CaughtUp). Absent in items
-	// of older dispatchers and in re-dispatched orphans.
+	// the tenant's slot and slow it down (sink.CaughtUp). Re-dispatched
+	// orphans never carry it.
 	CaughtUp bool `json:"caught_up,omitempty"`
 	// Seqs, when set, are the sequences of the item's events (Count of
 	// them, FromSeq first, ToSeq last): the dispatcher lists them for a
@@ -105,10 +105,8 @@ func (t *Times) At(i int) time.Time {
 	return time.UnixMilli(t.BaseMs + int64(t.OffsetsMs[i])).UTC()
 }
 
-// SeqsMax is the most sequences an item lists (Item.Seqs). Sinks older
-// than this accepted 64; a dispatcher that lists more needs sinks of this
-// version (upgrade the sinks first). ReadItem reads them ReadChunk at a
-// time.
+// SeqsMax is the most sequences an item lists (Item.Seqs); an item that
+// lists more is invalid. ReadItem reads them ReadChunk at a time.
 const SeqsMax = 1000
 
 // SeqsSmall is the most sequences the dispatcher lists for a batch that

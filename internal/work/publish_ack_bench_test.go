@@ -35,8 +35,8 @@ import (
 // publish on its own goroutine) for FAIRWAY_BENCH_WINDOW (default 10s).
 // Reported per chunk size and bound of gets in flight: the small
 // publishes' acknowledgement time p50/p99/max and the events read per
-// second. chunk=500/in_flight=0 is how sinks read before ReadChunk: one
-// get per 500-event item (the dispatcher's default batch).
+// second. chunk=500/in_flight=0 is one get per 500-event item (the
+// dispatcher's default batch), unbounded: the reads ReadChunk bounds.
 //
 // Run: go test -run '^$' -bench BenchmarkPublishAckUnderReads -benchtime 1x ./internal/work/
 func BenchmarkPublishAckUnderReads(b *testing.B) {

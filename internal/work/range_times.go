@@ -33,7 +33,7 @@ func RangeTimesSpan(n int) int { return min(64, n/16) }
 // milliseconds (RangeTimesSpan: reading it is cheaper then) or when the
 // stream's times do not rise with its sequences (a clock stepped back):
 // the caller leaves the items without times and the sinks read the
-// headers, as before.
+// headers.
 func (r *Reader) RangeTimes(ctx context.Context, from, to uint64, maxSpan int) (*Times, error) {
 	if from == 0 || to < from {
 		return nil, fmt.Errorf("work: range times: bad range %d..%d", from, to)

@@ -13,21 +13,18 @@ import (
 // most 4,000 events asked for and not yet received, however many workers
 // a sink runs.
 //
-// The server stores each publish to a stream, acknowledges it and sends
-// every direct-get reply from one loop per stream (nats-server's stream
-// internalLoop), and a direct get holds off the stream's writes while it
-// loads its events. So every event a sink has asked for and not yet
-// received is queued ahead of other tenants' publishes. Sinks used to ask
-// for a whole item (500 events by default) in one get. Measured while 16
-// workers read a flood (BenchmarkPublishAckUnderReads, docs/sinks.md
-// "Reading in chunks"), other tenants' publish acknowledgements took
-// 25–32 ms at the p99 with 500 per get, 15–20 ms with 250 (4–8% fewer
-// events read per second) and 7–8 ms with 100 (17–21% fewer). In the
-// whole pipeline (BenchmarkNoisyNeighbor) 250 per get took the small
-// tenants' median p99 from 47.6 to 35.4 ms at the same drain rate. A
-// bound below the sink's workers (4 gets in flight) shortened the queue
-// further but drained the flood about 10% more slowly in runs alternating
-// with this one: items waited to be read while holding their slot leases.
+// Why bound them: the server stores each publish to a stream, acknowledges
+// it and sends every direct-get reply from one loop per stream
+// (nats-server's stream internalLoop), and a direct get holds off the
+// stream's writes while it loads its events. So every event a sink has
+// asked for and not yet received is queued ahead of other tenants'
+// publishes. Smaller gets keep that queue short and cost read rate: 250
+// per get keeps other tenants' publish acknowledgements short while a
+// flood is read, at a few percent of the rate of whole-item gets. A bound
+// below the sink's workers shortens the queue further but leaves items
+// waiting to be read while they hold their slot leases, so 16 binds only
+// sinks with more workers. docs/sinks.md ("Reading in chunks") and
+// docs/benchmarks.md have the figures (BenchmarkPublishAckUnderReads).
 const ReadChunk = 250
 
 // ReadsInFlight: see ReadChunk.
@@ -54,8 +51,7 @@ const ReadsInFlight = 16
 // An item that carries its events' store times (Item.Times) is read
 // without headers when it is dense or lists its sequences: the server then
 // sends only the bodies, and neither it nor the client builds or parses
-// six headers per event (a CPU profile of the noisy-neighbour benchmark:
-// that was a quarter of the pipeline's time). Each reply's end-of-batch
+// six headers per event, a large part of the pipeline's CPU. Each reply's end-of-batch
 // names the last sequence sent; only a batch whose messages are exactly the
 // next sequences is taken, and anything else (an event deleted from the
 // range, a miscount) is read again with headers as below. So either every
@@ -184,9 +180,8 @@ func listedSeqs(seqs []uint64) func(seq uint64) bool {
 // interleave with a few others'), rather than one request per listed
 // sequence. Read by sequence without a subject filter, the range costs
 // the server neither a subject match per message nor the count of the
-// tenant's pending events a filtered batch request makes it take (a CPU
-// profile of two interleaved floods: 13% of the server in that count),
-// and without headers, none of the six it builds per event (24%).
+// tenant's pending events a filtered batch request makes it take, and
+// without headers, none of the six it builds per event.
 func RangeRead(count int, width uint64) bool {
 	return count > 0 && width <= 4*uint64(count)
 }

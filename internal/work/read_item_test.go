@@ -462,9 +462,12 @@ func TestReadItemBoundsGetsInFlight(t *testing.T) {
 	for range work.ReadsInFlight {
 		wg.Go(func() { _, _ = rd.ReadItem(holders, one) })
 	}
-	if !testenv.WaitUntil(context.Background(), time.Now().Add(10*time.Second), func() bool { return held.Load() == work.ReadsInFlight }) {
-		t.Fatalf("%d gets reached the stream, want %d", held.Load(), work.ReadsInFlight)
-	}
+	testenv.Eventually(t, 10*time.Second, "every read allowed in flight to reach the stream", func() error {
+		if n := held.Load(); n != work.ReadsInFlight {
+			return fmt.Errorf("%d gets reached the stream, want %d", n, work.ReadsInFlight)
+		}
+		return nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err = rd.ReadItem(ctx, one)

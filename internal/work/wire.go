@@ -9,12 +9,11 @@ import (
 // instead of one number per event: a batch of 500 events stored over a
 // few milliseconds is a handful of runs, and a batch interleaved with
 // another tenant's events is one run of sequences two apart. That keeps
-// such an item about 250 bytes instead of 1.2–5 KB, and decoding it, which
-// every sink does for every item, five to ten times cheaper
-// (BenchmarkItemCodec).
+// such an item a few hundred bytes, and decoding it, which every sink does
+// for every item, cheap (BenchmarkItemCodec; docs/benchmarks.md).
 //
-// Items of older dispatchers carry the lists (seqs, times.offsets_ms);
-// Decode reads both forms. A sink older than the runs ignores them and
+// Decode also reads the lists in place of the runs (seqs,
+// times.offsets_ms). A sink that does not know the runs ignores them and
 // reads the item as one without lists (a range read filtered on the
 // tenant's subjects, with headers): slower, the same events.
 

@@ -2,10 +2,12 @@ package tenancy_test
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -62,22 +64,19 @@ func TestCrash(t *testing.T) {
 	// Poll until every slot is reacquired, up to lease time + 1s past the
 	// latest expiry (database clock), plus slack for the poll itself.
 	var got []tenancy.Lease
-	deadline := time.Now().Add(time.Until(latest) + crashTTL + 5*time.Second)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for len(got) < crashSlots {
-		l, err := st.Acquire(ctx, "crash", tenancy.DestPostgres, "survivor")
-		switch {
-		case err == nil:
+	testenv.Eventually(t, time.Until(latest)+crashTTL+5*time.Second, "the killed process's slots to come back", func() error {
+		for len(got) < crashSlots {
+			l, err := st.Acquire(ctx, "crash", tenancy.DestPostgres, "survivor")
+			if errors.Is(err, tenancy.ErrAtLimit) {
+				return fmt.Errorf("%d of %d came back", len(got), crashSlots)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 			got = append(got, l)
-			continue
-		case !errors.Is(err, tenancy.ErrAtLimit):
-			t.Fatal(err)
-		case time.Now().After(deadline):
-			t.Fatalf("only %d of %d slots of the killed process came back", len(got), crashSlots)
 		}
-		<-tick.C
-	}
+		return nil
+	})
 	for _, l := range got {
 		acquiredAt := l.ExpiresAt.Add(-crashTTL) // database clock
 		if acquiredAt.After(latest.Add(time.Second)) {

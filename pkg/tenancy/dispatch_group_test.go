@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -47,7 +48,7 @@ func TestDispatchGrouped(t *testing.T) {
 	queue := func(name, tenant string, from uint64, ranges ...tenancy.Range) {
 		n := st.QueuedDispatches()
 		dispatch(name, tenant, from, ranges...)
-		waitFor(t, ctx, name+" to queue", func() bool { return st.QueuedDispatches() == n+1 })
+		testenv.Eventually(t, waitMax, name+" to queue", queueHolds(st.QueuedDispatches, n+1))
 	}
 	dispatch("gblock", "gblock", 1, tenancy.Range{From: 1, To: 10})
 	lock.waitBlocked("the first dispatch")
@@ -141,7 +142,7 @@ func TestDispatchGroupedDeadlockFallsBack(t *testing.T) {
 	first.waitBlocked("the first dispatch")
 	for i, tn := range []string{"dx", "dy"} {
 		dispatch(tn)
-		waitFor(t, ctx, tn+" to queue", func() bool { return st.QueuedDispatches() == i+1 })
+		testenv.Eventually(t, waitMax, tn+" to queue", queueHolds(st.QueuedDispatches, i+1))
 	}
 
 	// The other transaction holds dx's cursor; the first statement ends

@@ -75,11 +75,11 @@
 //     rows are never taken again, so that condition only ever becomes true.
 //  3. The row lock, not a count read in Go, decides ownership. SKIP LOCKED
 //     sends concurrent acquirers to different rows without waiting, which
-//     avoids the hot-row convoy measured in DESIGN.md. Under READ
-//     COMMITTED a row updated by an acquirer that committed after our
-//     snapshot is locked in its newest version and the WHERE clause is
-//     re-evaluated on it (EvalPlanQual): a row that is no longer free is
-//     skipped, not taken.
+//     avoids the convoy of callers queueing on one counter row
+//     (docs/benchmarks.md, "Slot leases"). Under READ COMMITTED a row
+//     updated by an acquirer that committed after our snapshot is locked
+//     in its newest version and the WHERE clause is re-evaluated on it
+//     (EvalPlanQual): a row that is no longer free is skipped, not taken.
 //  4. The UPDATE repeats the free condition and joins on the locked row's
 //     key only — the classic SKIP LOCKED pitfall (an outer statement that
 //     re-runs the subquery, or takes a row the subquery did not lock) does
@@ -130,9 +130,9 @@
 // (BenchmarkReleaseCPU, BenchmarkDispatchCPU).
 //
 // PostgreSQL serialises the commits of notifying transactions under one
-// lock held through the WAL flush. With synchronous commit, 16 releasing
-// callers spread over 1,000 tenants ran at a fifth of the bare-UPDATE rate
-// on our 2-core box. Release, ReleaseMany and Sweep therefore commit with
+// lock held through the WAL flush, so with synchronous commit concurrent
+// releasing callers queue behind each other's flushes. Release,
+// ReleaseMany and Sweep therefore commit with
 // synchronous_commit = off (SET LOCAL via set_config in the statement). It
 // is safe: a release lost in a database crash leaves a lease that expires
 // and is reclaimed — the No-leak path — and any later synchronous commit

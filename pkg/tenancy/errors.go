@@ -3,11 +3,14 @@ package tenancy
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 var (
-	// ErrInvalidTenant: a tenant id does not match ^[a-z0-9][a-z0-9_-]{0,62}$.
-	ErrInvalidTenant = errors.New("tenancy: invalid tenant id")
+	// ErrInvalidTenant: a tenant id breaks the rule of events.ValidateTenant.
+	// It is events.ErrInvalidTenant, so errors.Is matches either name.
+	ErrInvalidTenant = events.ErrInvalidTenant
 	// ErrInvalidDest: a destination is not postgres, clickhouse or b2b:<partner>.
 	ErrInvalidDest = errors.New("tenancy: invalid destination")
 	// ErrInvalidArgument: a limit, weight, sequence, lease id or token

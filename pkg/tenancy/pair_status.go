@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // PairStatus is what the store knows about one (tenant, destination): its
@@ -49,7 +51,7 @@ func (p PairStatus) Replaying() bool { return p.NextSeq < p.ReplayUntil }
 // and destination. It is one read-only query.
 func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, error) {
 	if tenant != "" {
-		if err := ValidTenantID(tenant); err != nil {
+		if err := events.ValidateTenant(tenant); err != nil {
 			return nil, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -118,7 +119,7 @@ func scanQuota(row pgx.Row) (Quota, error) {
 // so lowering a rate does not hand out a fresh burst. ErrUnknownTenant if
 // the tenant does not exist.
 func (s *Store) SetQuota(ctx context.Context, q Quota) error {
-	if err := ValidTenantID(q.Tenant); err != nil {
+	if err := events.ValidateTenant(q.Tenant); err != nil {
 		return err
 	}
 	if err := q.validate(); err != nil {
@@ -146,7 +147,7 @@ func (s *Store) SetQuota(ctx context.Context, q Quota) error {
 // ClearQuota removes every quota of tenant. ErrUnknownTenant if the tenant
 // does not exist.
 func (s *Store) ClearQuota(ctx context.Context, tenant string) error {
-	if err := ValidTenantID(tenant); err != nil {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, `DELETE FROM fairway.quotas WHERE tenant = $1`, tenant)
@@ -164,7 +165,7 @@ func (s *Store) ClearQuota(ctx context.Context, tenant string) error {
 // Quota returns tenant's quota: the zero Quota (with Tenant set) when none
 // is set. ErrUnknownTenant if the tenant does not exist.
 func (s *Store) Quota(ctx context.Context, tenant string) (Quota, error) {
-	if err := ValidTenantID(tenant); err != nil {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return Quota{}, err
 	}
 	q, err := scanQuota(s.pool.QueryRow(ctx, `SELECT `+quotaCols+` FROM fairway.quotas WHERE tenant = $1`, tenant))
@@ -242,25 +243,25 @@ const takeQuotaSQL = `WITH a AS (` + asyncCommitSQL + `), q AS (
 )
 SELECT er, eb, en, ew, br, bb, bn, bw, (SELECT count(*) FROM u) + 0 * (SELECT count(*) FROM a) FROM d`
 
-// TakeQuota takes events events and bytes payload bytes from tenant's
+// TakeQuota takes n events and bytes payload bytes from tenant's
 // rate quotas, both or neither, in one statement shared by every ingest
 // replica. A take larger than a burst never fits (QuotaTake.Never) unless
 // clamp caps it at the burst: a CSV import clamps, so a single event
 // larger than the bytes burst goes in on a full bucket rather than never.
 // A tenant without a rate quota always gets what it asks for.
-func (s *Store) TakeQuota(ctx context.Context, tenant string, events, bytes int64, clamp bool) (QuotaTake, error) {
-	if err := ValidTenantID(tenant); err != nil {
+func (s *Store) TakeQuota(ctx context.Context, tenant string, n, bytes int64, clamp bool) (QuotaTake, error) {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return QuotaTake{}, err
 	}
-	if events < 0 || bytes < 0 {
-		return QuotaTake{}, fmt.Errorf("take quota of %s: %w: %d events, %d bytes", tenant, ErrInvalidArgument, events, bytes)
+	if n < 0 || bytes < 0 {
+		return QuotaTake{}, fmt.Errorf("take quota of %s: %w: %d events, %d bytes", tenant, ErrInvalidArgument, n, bytes)
 	}
 	var (
 		er, eb, en, br, bb, bn int64
 		ew, bw                 float64
 		taken                  int64
 	)
-	err := s.pool.QueryRow(ctx, takeQuotaSQL, tenant, events, bytes, clamp).Scan(&er, &eb, &en, &ew, &br, &bb, &bn, &bw, &taken)
+	err := s.pool.QueryRow(ctx, takeQuotaSQL, tenant, n, bytes, clamp).Scan(&er, &eb, &en, &ew, &br, &bb, &bn, &bw, &taken)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return QuotaTake{}, nil
@@ -297,7 +298,7 @@ func secs(s float64) time.Duration {
 // destination has seen the tenant. The tenant's events from there on are
 // its backlog for its slowest destination. One indexed read.
 func (s *Store) FirstUndispatched(ctx context.Context, tenant string) (uint64, error) {
-	if err := ValidTenantID(tenant); err != nil {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return 0, err
 	}
 	var seq int64

@@ -5,9 +5,10 @@ import "context"
 // releaseGroupMax is the most releases one grouped statement carries.
 const releaseGroupMax = 64
 
-// newReleaseGroup groups Release calls (grouper): 16 slots released in one
-// statement cost PostgreSQL's backend 15 µs of CPU each, one by one 160 µs
-// (BenchmarkReleaseCPU).
+// newReleaseGroup groups Release calls (grouper): most of what a release
+// costs PostgreSQL's backend is the statement's, so slots released together
+// in one statement cost a fraction each (BenchmarkReleaseCPU;
+// docs/dispatcher.md, "Grouped releases and dispatches").
 func (s *Store) newReleaseGroup() *grouper[Lease, error] {
 	return &grouper[Lease, error]{max: releaseGroupMax, run: s.releaseBatch}
 }

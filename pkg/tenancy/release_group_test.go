@@ -70,7 +70,7 @@ func TestReleaseGrouped(t *testing.T) {
 	queue := func(ctx context.Context, l tenancy.Lease) {
 		n := st.QueuedReleases()
 		release(ctx, l)
-		waitFor(t, ctx, "a release to queue", func() bool { return st.QueuedReleases() == n+1 })
+		testenv.Eventually(t, waitMax, "a release to queue", queueHolds(st.QueuedReleases, n+1))
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	queue(cctx, cancelled)
@@ -79,7 +79,7 @@ func TestReleaseGrouped(t *testing.T) {
 	}
 	queue(ctx, stale)
 	cancel()
-	waitFor(t, ctx, "the cancelled release to leave the queue", func() bool { return st.QueuedReleases() == 71 })
+	testenv.Eventually(t, waitMax, "the cancelled release to leave the queue", queueHolds(st.QueuedReleases, 71))
 	lock.unlock()
 	wg.Wait()
 
@@ -213,11 +213,14 @@ func (l *rowLock) unlock() {
 // waitBlocked waits until a session waits on one of l's locks.
 func (l *rowLock) waitBlocked(what string) {
 	l.t.Helper()
-	waitFor(l.t, l.ctx, what+" to wait on the row lock", func() bool {
+	testenv.Eventually(l.t, waitMax, what+" to wait on the row lock", func() error {
 		var blocked bool
 		err := l.pool.QueryRow(l.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid)))`, l.pid).Scan(&blocked)
-		return err == nil && blocked
+		if err == nil && !blocked {
+			err = errors.New("no session waits on it")
+		}
+		return err
 	})
 }
 
@@ -235,9 +238,17 @@ func drainNotifications(t *testing.T, ch <-chan tenancy.Released, tenant string)
 	}
 }
 
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	if !testenv.WaitUntil(ctx, time.Now().Add(30*time.Second), cond) {
-		t.Fatalf("timed out waiting for %s", what)
+// waitMax bounds the waits of these tests for a state of PostgreSQL or of
+// a Store's queues.
+const waitMax = 30 * time.Second
+
+// queueHolds is an Eventually condition: count() (a Store's queue of
+// grouped calls) holds want calls.
+func queueHolds(count func() int, want int) func() error {
+	return func() error {
+		if n := count(); n != want {
+			return fmt.Errorf("%d queued, want %d", n, want)
+		}
+		return nil
 	}
 }

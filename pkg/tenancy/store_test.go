@@ -7,28 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
-
-func TestValidTenantID(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		id string
-		ok bool
-	}{
-		{"a", true}, {"acme", true}, {"acme-eu_1", true}, {"0", true}, {strings.Repeat("a", 63), true},
-		{"", false}, {strings.Repeat("a", 64), false}, {"-acme", false}, {"_acme", false}, {"Acme", false},
-		{"ac.me", false}, {"ac*me", false}, {"ac>me", false}, {"ac me", false}, {"ac/me", false}, {"acmé", false},
-	} {
-		err := tenancy.ValidTenantID(tc.id)
-		if (err == nil) != tc.ok {
-			t.Errorf("ValidTenantID(%q) = %v, want ok=%v", tc.id, err, tc.ok)
-		}
-		if err != nil && !errors.Is(err, tenancy.ErrInvalidTenant) {
-			t.Errorf("ValidTenantID(%q) = %v, want ErrInvalidTenant", tc.id, err)
-		}
-	}
-}
 
 func TestValidDest(t *testing.T) {
 	t.Parallel()
@@ -50,17 +31,14 @@ func TestValidDest(t *testing.T) {
 	}
 }
 
-func FuzzValidTenantID(f *testing.F) {
+// Every valid tenant id (events.ValidateTenant) round-trips in a lease id.
+func FuzzLeaseIDTenant(f *testing.F) {
 	for _, s := range []string{"acme", "a-b_c", "", "A", ".", "a>b", "a b"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
-		err := tenancy.ValidTenantID(id)
-		if err != nil {
+		if events.ValidateTenant(id) != nil {
 			return
-		}
-		if len(id) > 63 || strings.ContainsAny(id, ". *>/\t\n:") || id[0] == '-' || id[0] == '_' {
-			t.Fatalf("accepted %q", id)
 		}
 		if _, _, _, _, err := tenancy.ParseLeaseID(id + "/postgres/0/1"); err != nil {
 			t.Fatalf("valid id %q does not round-trip in a lease id: %v", id, err)
@@ -97,8 +75,14 @@ func TestTenantsAndWeights(t *testing.T) {
 	if _, _, err := st.CreateTenant(ctx, "acme", "again"); !errors.Is(err, tenancy.ErrTenantExists) {
 		t.Fatalf("second create: %v", err)
 	}
-	if _, _, err := st.CreateTenant(ctx, "Bad.Id", ""); !errors.Is(err, tenancy.ErrInvalidTenant) {
-		t.Fatalf("bad id: %v", err)
+	// One tenant id rule (events.ValidateTenant): its sentinel and its
+	// reason, whichever package refuses the id.
+	_, _, err = st.CreateTenant(ctx, "Bad.Id", "")
+	if !errors.Is(err, tenancy.ErrInvalidTenant) || !errors.Is(err, events.ErrInvalidTenant) {
+		t.Fatalf("bad id: %v, want tenancy.ErrInvalidTenant and events.ErrInvalidTenant", err)
+	}
+	if want := events.ValidateTenant("Bad.Id").Error(); err.Error() != want {
+		t.Fatalf("bad id: %q, want the events rule's reason %q", err, want)
 	}
 	if _, err := st.Tenant(ctx, "nobody"); !errors.Is(err, tenancy.ErrUnknownTenant) {
 		t.Fatalf("unknown: %v", err)

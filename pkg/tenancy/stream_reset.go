@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -219,7 +220,7 @@ type CursorMove struct {
 // the cursors it moved, ordered by tenant and destination.
 func (s *Store) ResetCursors(ctx context.Context, read func(context.Context) (StreamPosition, error), tenant, dest string, to ResetTo) (StreamCheck, []CursorMove, error) {
 	if tenant != "" {
-		if err := ValidTenantID(tenant); err != nil {
+		if err := events.ValidateTenant(tenant); err != nil {
 			return StreamCheck{}, nil, err
 		}
 	}

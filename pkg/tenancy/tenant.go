@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // Tenant is one customer whose events fairway dispatches.
@@ -50,7 +52,7 @@ func scanTenant(row pgx.Row) (Tenant, error) {
 // API token, which is returned once and stored only as a hash.
 // ErrTenantExists if the id is taken.
 func (s *Store) CreateTenant(ctx context.Context, id, displayName string) (Tenant, string, error) {
-	if err := ValidTenantID(id); err != nil {
+	if err := events.ValidateTenant(id); err != nil {
 		return Tenant{}, "", err
 	}
 	token, err := generateToken()
@@ -92,7 +94,7 @@ func (s *Store) EnsureTenant(ctx context.Context, id string) (Tenant, error) {
 
 // Tenant returns one tenant; ErrUnknownTenant if it does not exist.
 func (s *Store) Tenant(ctx context.Context, id string) (Tenant, error) {
-	if err := ValidTenantID(id); err != nil {
+	if err := events.ValidateTenant(id); err != nil {
 		return Tenant{}, err
 	}
 	t, err := scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantCols+` FROM fairway.tenants WHERE id = $1`, id))
@@ -122,7 +124,7 @@ func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 // dispatchers (Released.Weight, once per destination of the tenant), which
 // apply it at once. ErrUnknownTenant if there is no such tenant.
 func (s *Store) SetWeight(ctx context.Context, tenant string, weight int) error {
-	if err := ValidTenantID(tenant); err != nil {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return err
 	}
 	if weight < 1 {
@@ -140,7 +142,7 @@ func (s *Store) SetWeight(ctx context.Context, tenant string, weight int) error 
 // (Acquire returns ErrPaused); leases it holds run to their end. Resuming
 // wakes listeners. ErrUnknownTenant if there is no such tenant.
 func (s *Store) SetPaused(ctx context.Context, tenant string, paused bool) error {
-	if err := ValidTenantID(tenant); err != nil {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return err
 	}
 	return s.updateTenant(ctx, "set paused", tenant, `WITH u AS (
@@ -273,7 +275,7 @@ func (s *Store) sendLimitBatch(ctx context.Context, b *pgx.Batch, what, tenant, 
 // Limits lists the tenant's limits per destination with current in-use
 // counts. ErrUnknownTenant if the tenant does not exist.
 func (s *Store) Limits(ctx context.Context, tenant string) ([]Limit, error) {
-	if err := ValidTenantID(tenant); err != nil {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT l.tenant, l.dest, l.max_slots, l.weight,

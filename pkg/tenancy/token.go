@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // TokenPrefix starts every API token.
@@ -113,7 +115,7 @@ func hashToken(tok string) ([]byte, error) {
 // only its SHA-256 hash is stored. ErrUnknownTenant if there is no such
 // tenant.
 func (s *Store) IssueToken(ctx context.Context, tenant string) (string, error) {
-	if err := ValidTenantID(tenant); err != nil {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return "", err
 	}
 	tok, err := generateToken()
@@ -171,7 +173,7 @@ func (s *Store) VerifyToken(ctx context.Context, token string) (Principal, error
 // of tenant, or every tenant's and the admin tokens when tenant is "".
 func (s *Store) Tokens(ctx context.Context, tenant string) ([]TokenInfo, error) {
 	if tenant != "" {
-		if err := ValidTenantID(tenant); err != nil {
+		if err := events.ValidateTenant(tenant); err != nil {
 			return nil, err
 		}
 	}

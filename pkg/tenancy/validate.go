@@ -3,6 +3,8 @@ package tenancy
 import (
 	"fmt"
 	"strings"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // Destinations other than b2b partners.
@@ -13,49 +15,21 @@ const (
 	DestB2BPrefix = "b2b:"
 )
 
-// maxIDLen is the longest tenant id (and partner name).
-const maxIDLen = 63
-
-// ValidTenantID reports whether id is a valid tenant id:
-// ^[a-z0-9][a-z0-9_-]{0,62}$ — safe as a NATS subject token and in lease
-// ids. pkg/events applies the same rule; tenancy does not import it.
-func ValidTenantID(id string) error {
-	if !validName(id) {
-		return fmt.Errorf("%w: %q (want ^[a-z0-9][a-z0-9_-]{0,62}$)", ErrInvalidTenant, id)
-	}
-	return nil
-}
-
 // ValidDest reports whether dest names a sink target: "postgres",
-// "clickhouse" or "b2b:<partner>" with partner following the tenant-id rule.
+// "clickhouse" or "b2b:<partner>" with partner following the tenant-id rule
+// (events.ValidateTenant).
 func ValidDest(dest string) error {
 	switch {
 	case dest == DestPostgres, dest == DestClickHouse:
 		return nil
-	case strings.HasPrefix(dest, DestB2BPrefix) && validName(dest[len(DestB2BPrefix):]):
+	case strings.HasPrefix(dest, DestB2BPrefix) && events.ValidateTenant(dest[len(DestB2BPrefix):]) == nil:
 		return nil
 	}
 	return fmt.Errorf("%w: %q (want postgres, clickhouse or b2b:<partner>)", ErrInvalidDest, dest)
 }
 
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > maxIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case (c == '_' || c == '-') && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 func validPair(tenant, dest string) error {
-	if err := ValidTenantID(tenant); err != nil {
+	if err := events.ValidateTenant(tenant); err != nil {
 		return err
 	}
 	return ValidDest(dest)

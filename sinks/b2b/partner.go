@@ -153,7 +153,7 @@ func (p *Partner) validate(allowHTTP bool) error {
 	if err := ValidPartnerName(p.Name); err != nil {
 		return err
 	}
-	if err := tenancy.ValidTenantID(p.Tenant); err != nil {
+	if err := events.ValidateTenant(p.Tenant); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidPartner, err)
 	}
 	if err := validURL(p.URL, allowHTTP); err != nil {

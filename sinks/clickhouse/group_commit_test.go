@@ -20,16 +20,15 @@ import (
 	"github.com/fairwayhq/fairway/sinks/clickhouse"
 )
 
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitQueued waits until n applies are queued behind s's round.
+func waitQueued(t *testing.T, s *clickhouse.Sink, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d applies queued", n), func() error {
+		if q := clickhouse.Queued(s); q != n {
+			return fmt.Errorf("%d queued", q)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // rawCount counts the rows of table without deduplication: a row inserted
@@ -247,7 +246,7 @@ func queueBehind(t *testing.T, s *clickhouse.Sink, h *hook, applies ...func() <-
 	h.waitEntered(t, 1)
 	for i, a := range applies {
 		rest = append(rest, a())
-		waitFor(t, fmt.Sprintf("%d applies queued", i+1), func() bool { return clickhouse.Queued(s) == i+1 })
+		waitQueued(t, s, i+1)
 	}
 	return first, rest
 }
@@ -537,7 +536,7 @@ func TestGroupCommitFill(t *testing.T) {
 			h.install(s)
 			start := time.Now()
 			held := applyHinted(t.Context(), s, true, "held")
-			waitFor(t, "the caught-up item queued", func() bool { return clickhouse.Queued(s) == 1 })
+			waitQueued(t, s, 1) // the caught-up item
 			second := applyHinted(t.Context(), s, tc.caughtUp, tc.ids...)
 			wantApplied(t, "held", held)
 			wantApplied(t, "second", second)

@@ -35,9 +35,8 @@ const (
 	// ConcurrencyDefault is how many work items the sink runtime applies
 	// at once for ClickHouse (cmd/sinks --concurrency, the demo): calls
 	// wait together in group commit, each holding an apply slot and
-	// nothing else, and the more wait together the fewer the inserts (20
-	// tenants sending at once, BenchmarkEndToEnd, one run each: 13,860
-	// events/s with 16, 9,592 with the runtime's default of 4).
+	// nothing else, and the more wait together the fewer the inserts
+	// (docs/sinks.md, "ClickHouse: group commit").
 	ConcurrencyDefault = 16
 )
 
@@ -86,12 +85,12 @@ type Config struct {
 	// caught-up tenants wait: a round whose queued calls all come from
 	// work items marked caught up (sink.CaughtUp: their tenants had
 	// nothing more waiting for ClickHouse) waits until FillRows rows are
-	// queued or its oldest call has waited FillWait. ClickHouse merges every insert's
-	// part again and again in the background, and with 20 tenants sending
-	// at once holding rounds back cut its CPU from 18-20 s to 4-7 s per
-	// 200,000 events (docs/sinks.md, "Holding caught-up tenants back"). A call from any
-	// other item is never held: holding it would keep
-	// its tenant's slot and slow the tenant down. Defaults FillRowsDefault
+	// queued or its oldest call has waited FillWait. ClickHouse merges
+	// every insert's part again and again in the background, so fewer,
+	// larger inserts cost it much less CPU when many tenants send a little
+	// at once (docs/sinks.md, "Holding caught-up tenants back"). A call
+	// from any other item is never held: holding it would keep its
+	// tenant's slot and slow the tenant down. Defaults FillRowsDefault
 	// (10,000) and FillWaitDefault (200 ms); a negative FillWait turns it
 	// off. FillWait is at most FillWaitMax (5 s).
 	FillRows int
@@ -330,8 +329,8 @@ func (s *Sink) insert(ctx context.Context, items []*item) error {
 		}
 	}
 	// The two INSERTs go at once, on two connections: a round then takes
-	// about as long as the slower one rather than both (ClickHouse 18.16
-	// spends ~20 ms on each small INSERT here). Both tables are
+	// about as long as the slower one rather than both, and a small
+	// INSERT's time is mostly ClickHouse's fixed cost. Both tables are
 	// ReplacingMergeTree, so a round retried after one of them landed
 	// changes nothing.
 	appliedAt := s.now()

@@ -1,16 +1,39 @@
 // Package scheduler is the dispatcher's scheduling core: it decides which
 // tenant's events a destination gets next, by weighted deficit round robin
 // over the (tenant, destination) pairs that have backlog, serving pairs that
-// have just become active first. It is pure,
-// deterministic logic with no I/O and no goroutines; the dispatcher drives
-// one Scheduler per destination from its loop:
+// have just become active first. It is pure, deterministic logic with no
+// I/O and no goroutines.
 //
-//	doorbell: tenant has events behind its cursor -> SetBacklog(k, n, weight)
-//	slot limit reached / slot released            -> SetBlocked(k, true/false)
-//	g, ok := Next()                               // nothing dispatchable: wait for a doorbell or a release
-//	take a slot for g.Key (on failure: SetBlocked(g.Key, true); Done(g.Key, 0, 0))
-//	read events while g.Allows(taken, spent, cost(next event)); hand off the batch
-//	Done(g.Key, eventsRead, costRead)
+// # How the dispatcher uses it
+//
+// internal/dispatch keeps one Scheduler per destination and counts cost in
+// events: Quantum is the destination's batch size (or --quantum), MaxBatch
+// and LoneRounds allow a grant of up to GrantBatches batches. Its calls, in
+// internal/dispatch/destination.go:
+//
+//	event delivered (doorbell or backfill)  SetBacklog(k, events after the cursor, weight)
+//	start-up scan or a pair's reload        SetBacklog(k, backlog the server counted, weight)
+//	loop, while grants in flight < Concurrency and WORK has room:
+//	    g, ok := Next()                     // !ok: sleep until a wake-up
+//	    cut at most min(g.MaxEvents, g.MaxCost) events into batches, then one
+//	    statement takes a slot per batch and moves the cursor; after it:
+//	        dispatched n                    SetBacklog(k, pending+n, weight); Done(k, n, n)
+//	        at the slot limit               SetBlocked(k, true); Done(k, 0, 0)
+//	        held (replay rate, a wait for   SetBlocked(k, true); Done(k, 0, 0), and
+//	          the backfill or bodies, an    SetBlocked(k, false) when the hold ends
+//	          error's retry delay)
+//	        cursor moved (another           Done(k, 0, 0)
+//	          dispatcher took the range)
+//	    the grant's work items are published after Done: the tenant's next
+//	    grant may begin while they go out
+//	slot released (LISTEN/NOTIFY)           SetBlocked(k, false)
+//	pair owned by another dispatcher        SetParked(k, true), false when it comes back
+//
+// Done with events 0 on a blocked key keeps its place and credit (a slot
+// limit or a hold costs the tenant nothing); on an unblocked one it ends the
+// key's turn. Grant.Allows is the rule for a caller that counts cost in
+// another unit than events (bytes, say), where the cost of the next event
+// is known only once it is read.
 //
 // # Algorithm
 //

@@ -25,8 +25,8 @@ func Example() {
 		if !ok {
 			break
 		}
-		// The dispatcher would take a slot here, then read up to
-		// g.MaxEvents events while g.Allows(...) and hand them off.
+		// The dispatcher would cut up to min(g.MaxEvents, g.MaxCost)
+		// events into batches here and take a slot for each.
 		n := int64(g.MaxEvents)
 		fmt.Printf("%s: up to %d events (credit %d)\n", g.Key.Tenant, g.MaxEvents, g.MaxCost)
 		if err := s.Done(g.Key, n, n); err != nil {

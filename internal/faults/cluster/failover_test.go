@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -167,26 +169,21 @@ func TestNATSFailover(t *testing.T) {
 
 	// No slot stays held, nothing waits as an orphan, nothing was
 	// dead-lettered.
-	deadline := time.Now().Add(waitState)
-	for {
+	testenv.Eventually(t, waitState, "no slot held, no orphaned batch", func() error {
 		held, orphans, err := p.heldSlots(ctx)
-		if err == nil && held == 0 && orphans == 0 {
-			break
+		if err == nil && (held > 0 || orphans > 0) {
+			err = fmt.Errorf("%d slots held, %d orphaned batches", held, orphans)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d slots held, %d orphaned batches (err %v)", waitState, held, orphans, err)
-		}
-		time.Sleep(100 * time.Millisecond) // poll interval
-	}
+		return err
+	})
 	// Publishes nobody answered during the outage time out of ingest's
 	// JetStream context; none stays pending.
-	deadline = time.Now().Add(waitState)
-	for p.ingestJS.PublishAsyncPending() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d publishes still pending in ingest's JetStream context", waitState, p.ingestJS.PublishAsyncPending())
+	testenv.Eventually(t, waitState, "no publish pending in ingest's JetStream context", func() error {
+		if n := p.ingestJS.PublishAsyncPending(); n != 0 {
+			return fmt.Errorf("%d publishes pending", n)
 		}
-		time.Sleep(100 * time.Millisecond) // poll interval
-	}
+		return nil
+	})
 	dl, err := js.Stream(ctx, dlq.StreamName)
 	if err != nil {
 		t.Fatal(err)
@@ -226,42 +223,35 @@ func count(l *ledger) int {
 
 func waitAccepted(t *testing.T, l *ledger, n int) {
 	t.Helper()
-	deadline := time.Now().Add(waitState)
-	for count(l) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d events accepted, want %d", waitState, count(l), n)
+	testenv.Eventually(t, waitState, fmt.Sprintf("%d events accepted", n), func() error {
+		if got := count(l); got < n {
+			return fmt.Errorf("%d accepted", got)
 		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
+		return nil
+	})
 }
 
 func waitFailedPosts(t *testing.T, l *ledger, n int) {
 	t.Helper()
-	deadline := time.Now().Add(waitState)
-	for {
-		_, _, _, f := l.counts()
-		if f >= n {
-			return
+	testenv.Eventually(t, waitState, fmt.Sprintf("%d failed posts", n), func() error {
+		if _, _, _, f := l.counts(); f < n {
+			return fmt.Errorf("%d failed posts", f)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d failed posts, want %d", waitState, f, n)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
+		return nil
+	})
 }
 
 func waitOKAfter(t *testing.T, l *ledger, after time.Time) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(waitState)
-	for {
-		if at, ok := l.firstOKAfter(after); ok {
-			return at
+	var at time.Time
+	testenv.Eventually(t, waitState, "a post sent after "+after.Format(time.TimeOnly)+" to be accepted", func() error {
+		var ok bool
+		if at, ok = l.firstOKAfter(after); !ok {
+			return errors.New("none accepted yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no post sent after %s was accepted within %s", after.Format(time.TimeOnly), waitState)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
+		return nil
+	})
+	return at
 }
 
 func streamHealthOrFail(ctx context.Context, t *testing.T, js jetstream.JetStream, name string) streamHealth {

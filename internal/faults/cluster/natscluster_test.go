@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fairwayhq/fairway/internal/testenv"
 )
 
 // clusterName is the JetStream cluster the three embedded nodes form.
@@ -180,8 +182,7 @@ func (c *natsCluster) running() []*server.Server {
 // leader and each of them is current.
 func (c *natsCluster) waitMetaLeader(within time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Eventually(c.t, within, "a JetStream meta leader", func() error {
 		srvs := c.running()
 		leaders, current := 0, 0
 		for _, s := range srvs {
@@ -192,14 +193,11 @@ func (c *natsCluster) waitMetaLeader(within time.Duration) {
 				current++
 			}
 		}
-		if leaders == 1 && current == len(srvs) {
-			return
+		if leaders != 1 || current != len(srvs) {
+			return fmt.Errorf("%d leaders, %d of %d nodes current", leaders, current, len(srvs))
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no JetStream meta leader in %s: %d leaders, %d of %d nodes current", within, leaders, current, len(srvs))
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+		return nil
+	})
 }
 
 // streamHealth is what stream info says about a stream's replicas.
@@ -237,17 +235,16 @@ func getStreamHealth(ctx context.Context, js jetstream.JetStream, name string) (
 // replicas (leader included).
 func waitStreams(ctx context.Context, t *testing.T, js jetstream.JetStream, want int, within time.Duration, names ...string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, name := range names {
-		for {
+	testenv.Eventually(t, within, fmt.Sprintf("a leader and %d current replicas of %v", want, names), func() error {
+		for _, name := range names {
 			h, err := getStreamHealth(ctx, js, name)
-			if err == nil && h.leader != "" && h.current >= want {
-				break
+			if err != nil {
+				return fmt.Errorf("stream %s: %w", name, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("stream %s: no leader with %d current replicas in %s: %+v, %v", name, want, within, h, err)
+			if h.leader == "" || h.current < want {
+				return fmt.Errorf("stream %s: %+v", name, h)
 			}
-			time.Sleep(100 * time.Millisecond) // poll interval
 		}
-	}
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/dlq"
 	"github.com/fairwayhq/fairway/internal/ingest"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
@@ -33,9 +35,9 @@ const replicas = 3
 // not know every peer yet ("insufficient resources"): retry.
 func createStreams(ctx context.Context, t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("the R%d streams created", replicas), func() error {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		_, err := events.EnsureStream(sctx, js, events.StreamConfig{Replicas: replicas})
 		if err == nil {
 			_, err = work.EnsureStream(sctx, js, work.StreamConfig{Replicas: replicas})
@@ -43,15 +45,8 @@ func createStreams(ctx context.Context, t *testing.T, js jetstream.JetStream) {
 		if err == nil {
 			_, err = dlq.EnsureStream(sctx, js, dlq.StreamConfig{Replicas: replicas})
 		}
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create the R%d streams: %v", replicas, err)
-		}
-		time.Sleep(200 * time.Millisecond) // retry interval
-	}
+		return err
+	})
 }
 
 // pipeline is ingest (behind a real HTTP server), the dispatcher and a
@@ -219,17 +214,14 @@ func (p *pipeline) applied(ctx context.Context, evs []event) (int, []event, erro
 func (p *pipeline) waitApplied(t *testing.T, evs []event, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
+	testenv.Eventually(t, within, fmt.Sprintf("%d acknowledged events applied", len(evs)), func() error {
 		n, missing, err := p.applied(t.Context(), evs)
-		if err == nil && n == len(evs) {
-			return time.Since(start)
+		if err == nil && n != len(evs) {
+			err = fmt.Errorf("%d applied; not applied, e.g.: %+v", n, missing)
 		}
-		if time.Since(start) > within {
-			t.Fatalf("after %s: %d of %d acknowledged events applied (err %v); not applied, e.g.: %+v",
-				within, n, len(evs), err, missing)
-		}
-		time.Sleep(100 * time.Millisecond) // poll interval
-	}
+		return err
+	})
+	return time.Since(start)
 }
 
 // heldSlots counts slots with a lease, live or expired but not yet freed,

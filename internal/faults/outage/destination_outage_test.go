@@ -1,13 +1,14 @@
 package outage_test
 
 import (
-	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
 )
@@ -86,11 +87,11 @@ func TestClickHouseDownAndPartner503(t *testing.T) {
 				}
 			}
 		}
-		waitFor(t, dest+" catches up", func(context.Context) (string, error) {
+		testenv.Eventually(t, waitLimit, dest+" catches up", func() error {
 			if _, ok := p.rec.caughtUp(dest, seqs); !ok {
-				return dest + " has not applied everything sent before it came back", nil
+				return errors.New(dest + " has not applied everything sent before it came back")
 			}
-			return "", nil
+			return nil
 		})
 		at, _ := p.rec.caughtUp(dest, seqs)
 		t.Logf("%s was %d events behind when it came back; caught up %s later; failed Apply calls by classification: %v",

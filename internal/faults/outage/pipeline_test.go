@@ -2,6 +2,7 @@ package outage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -310,33 +311,6 @@ func (p *pipeline) sentSeqs() []sentEvent {
 	return slices.Clone(p.sent)
 }
 
-// waitFor polls cond until it reports nothing left to wait for.
-func waitFor(t *testing.T, what string, cond func(ctx context.Context) (string, error)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	last := ""
-	for {
-		left, err := cond(ctx)
-		if err != nil && ctx.Err() == nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if err == nil && left == "" {
-			return
-		}
-		if left != "" {
-			last = left
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not reached in %s; last: %s", what, waitLimit, last)
-		case <-tick.C:
-		}
-	}
-}
-
 // rejected says, per destination, which sequences must end as dead letters
 // instead of being applied.
 type rejected map[string]map[uint64]bool
@@ -392,36 +366,37 @@ func diffLatest(where string, want, got map[[2]string]int64) string {
 // accounting compares every destination with what was sent, exactly: the
 // PostgreSQL catalog, ClickHouse after deduplication (FINAL), each
 // partner's receiver, and the recorder (every sent event applied by every
-// destination of its tenant, or listed in rej). "" when all match.
-func (p *pipeline) accounting(ctx context.Context, rej rejected) (string, error) {
+// destination of its tenant, or listed in rej). nil when all match, else
+// the first difference or the error that kept it from looking.
+func (p *pipeline) accounting(ctx context.Context, rej rejected) error {
 	// PostgreSQL.
 	want, _ := p.expected(tenancy.DestPostgres, rej)
 	got := map[[2]string]int64{}
 	rows, err := p.pool.Query(ctx, `SELECT tenant_id, product_id, version FROM catalog.products`)
 	if err != nil {
-		return "", fmt.Errorf("read catalog.products: %w", err)
+		return fmt.Errorf("read catalog.products: %w", err)
 	}
 	for rows.Next() {
 		var k [2]string
 		var v int64
 		if err := rows.Scan(&k[0], &k[1], &v); err != nil {
 			rows.Close()
-			return "", err
+			return err
 		}
 		got[k] = v
 	}
 	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("read catalog.products: %w", err)
+		return fmt.Errorf("read catalog.products: %w", err)
 	}
 	if d := diffLatest("PostgreSQL catalog.products", want, got); d != "" {
-		return d, nil
+		return errors.New(d)
 	}
 
 	// ClickHouse: every event once after FINAL, and the newest per product.
 	want, wantAll := p.expected(tenancy.DestClickHouse, rej)
 	crows, err := p.ch.Query(ctx, "SELECT tenant_id, product_id, version FROM product_events FINAL")
 	if err != nil {
-		return "", fmt.Errorf("read product_events: %w", err)
+		return fmt.Errorf("read product_events: %w", err)
 	}
 	gotAll := map[string]int{}
 	for crows.Next() {
@@ -429,44 +404,44 @@ func (p *pipeline) accounting(ctx context.Context, rej rejected) (string, error)
 		var v int64
 		if err := crows.Scan(&tn, &id, &v); err != nil {
 			crows.Close()
-			return "", err
+			return err
 		}
 		gotAll[fmt.Sprintf("%s/%s/v%d", tn, id, v)]++
 	}
 	crows.Close()
 	if err := crows.Err(); err != nil {
-		return "", fmt.Errorf("read product_events: %w", err)
+		return fmt.Errorf("read product_events: %w", err)
 	}
 	for k := range wantAll {
 		if gotAll[k] != 1 {
-			return fmt.Sprintf("ClickHouse product_events FINAL holds %s %d times, want once (%d rows, want %d)", k, gotAll[k], len(gotAll), len(wantAll)), nil
+			return fmt.Errorf("ClickHouse product_events FINAL holds %s %d times, want once (%d rows, want %d)", k, gotAll[k], len(gotAll), len(wantAll))
 		}
 	}
 	for k := range gotAll {
 		if !wantAll[k] {
-			return fmt.Sprintf("ClickHouse product_events holds %s, which was not sent there", k), nil
+			return fmt.Errorf("ClickHouse product_events holds %s, which was not sent there", k)
 		}
 	}
 	got = map[[2]string]int64{}
 	crows, err = p.ch.Query(ctx, "SELECT tenant_id, product_id, version FROM products_latest FINAL")
 	if err != nil {
-		return "", fmt.Errorf("read products_latest: %w", err)
+		return fmt.Errorf("read products_latest: %w", err)
 	}
 	for crows.Next() {
 		var k [2]string
 		var v int64
 		if err := crows.Scan(&k[0], &k[1], &v); err != nil {
 			crows.Close()
-			return "", err
+			return err
 		}
 		got[k] = v
 	}
 	crows.Close()
 	if err := crows.Err(); err != nil {
-		return "", fmt.Errorf("read products_latest: %w", err)
+		return fmt.Errorf("read products_latest: %w", err)
 	}
 	if d := diffLatest("ClickHouse products_latest FINAL", want, got); d != "" {
-		return d, nil
+		return errors.New(d)
 	}
 
 	// Every partner's receiver.
@@ -483,11 +458,11 @@ func (p *pipeline) accounting(ctx context.Context, rej rejected) (string, error)
 		}
 		for tn, n := range counts {
 			if held := r.Products(tn); held != n {
-				return fmt.Sprintf("partner %s holds %d products of %s, want %d", name, held, tn, n), nil
+				return fmt.Errorf("partner %s holds %d products of %s, want %d", name, held, tn, n)
 			}
 		}
 		if d := diffLatest("partner "+name, want, got); d != "" {
-			return d, nil
+			return errors.New(d)
 		}
 	}
 
@@ -495,49 +470,49 @@ func (p *pipeline) accounting(ctx context.Context, rej rejected) (string, error)
 	for _, s := range p.sentSeqs() {
 		for _, dest := range p.dests[s.ev.Tenant] {
 			if !rej[dest][s.seq] && !p.rec.isApplied(dest, s.seq) {
-				return fmt.Sprintf("%s has not applied %s/%s v%d (seq %d)", dest, s.ev.Tenant, s.ev.ProductID, s.ev.Version, s.seq), nil
+				return fmt.Errorf("%s has not applied %s/%s v%d (seq %d)", dest, s.ev.Tenant, s.ev.ProductID, s.ev.Version, s.seq)
 			}
 		}
 	}
-	return "", nil
+	return nil
 }
 
-// quiet says why the pipeline is not at rest: a work item waiting or out,
-// a slot lease not released (live or expired but not swept), an orphaned
-// batch waiting for re-dispatch.
-func (p *pipeline) quiet(ctx context.Context) (string, error) {
+// quiet says why the pipeline is not at rest (nil: it is): a work item
+// waiting or out, a slot lease not released (live or expired but not
+// swept), an orphaned batch waiting for re-dispatch.
+func (p *pipeline) quiet(ctx context.Context) error {
 	for _, d := range p.all {
 		name := "sink-" + strings.ReplaceAll(d, ":", "-")
 		c, err := p.js.Consumer(ctx, work.StreamName, name)
 		if err != nil {
-			return "", fmt.Errorf("consumer %s: %w", name, err)
+			return fmt.Errorf("consumer %s: %w", name, err)
 		}
 		info, err := c.Info(ctx)
 		if err != nil {
-			return "", fmt.Errorf("consumer %s: %w", name, err)
+			return fmt.Errorf("consumer %s: %w", name, err)
 		}
 		if n := info.NumPending + uint64(info.NumAckPending); n > 0 {
-			return fmt.Sprintf("%s has %d work items pending", name, n), nil
+			return fmt.Errorf("%s has %d work items pending", name, n)
 		}
 	}
 	ps, err := p.store.PairStatuses(ctx, "")
 	if err != nil {
-		return "", err
+		return err
 	}
 	for _, s := range ps {
 		if s.InUse > 0 {
-			return fmt.Sprintf("%s/%s holds %d slots", s.Tenant, s.Dest, s.InUse), nil
+			return fmt.Errorf("%s/%s holds %d slots", s.Tenant, s.Dest, s.InUse)
 		}
 	}
 	var held, orphans int
 	if err := p.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM fairway.slots WHERE expires_at IS NOT NULL),
 		(SELECT count(*) FROM fairway.orphans)`).Scan(&held, &orphans); err != nil {
-		return "", fmt.Errorf("slots: %w", err)
+		return fmt.Errorf("slots: %w", err)
 	}
 	if held > 0 || orphans > 0 {
-		return fmt.Sprintf("%d slot leases not released (expired, not swept yet), %d orphaned batches waiting", held, orphans), nil
+		return fmt.Errorf("%d slot leases not released (expired, not swept yet), %d orphaned batches waiting", held, orphans)
 	}
-	return "", nil
+	return nil
 }
 
 // waitDrained waits until every sent event is accounted for in every
@@ -545,11 +520,13 @@ func (p *pipeline) quiet(ctx context.Context) (string, error) {
 // stream holds exactly rej.
 func (p *pipeline) waitDrained(what string, rej rejected) {
 	p.t.Helper()
-	waitFor(p.t, what, func(ctx context.Context) (string, error) {
-		if left, err := p.accounting(ctx, rej); left != "" || err != nil {
-			return left, err
+	wctx, wcancel := context.WithTimeout(context.Background(), waitLimit)
+	defer wcancel()
+	testenv.Eventually(p.t, waitLimit, what, func() error {
+		if err := p.accounting(wctx, rej); err != nil {
+			return err
 		}
-		return p.quiet(ctx)
+		return p.quiet(wctx)
 	})
 	// At rest, so nothing more can be dead-lettered.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -2,12 +2,14 @@ package outage_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b"
@@ -65,11 +67,11 @@ func TestPoisonEvents(t *testing.T) {
 	// Both tenants go on publishing; then drain: everything else lands
 	// everywhere, and the DLQ holds exactly the two letters.
 	stopTraffic := p.traffic(tenants, 500*time.Millisecond, 4)
-	waitFor(t, "traffic after the poison", func(context.Context) (string, error) {
+	testenv.Eventually(t, waitLimit, "traffic after the poison", func() error {
 		if p.sentCount() < len(evs)+80 {
-			return "publishing", nil
+			return errors.New("publishing")
 		}
-		return "", nil
+		return nil
 	})
 	stopTraffic()
 	p.waitDrained("after the poison events", rej)

@@ -2,9 +2,12 @@ package outage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/fairwayhq/fairway/internal/testenv"
 )
 
 // pgDowntime is how long the private PostgreSQL stays stopped.
@@ -33,13 +36,13 @@ func TestPostgresRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the upload is being applied", func(context.Context) (string, error) {
+	testenv.Eventually(t, waitLimit, "the upload is being applied", func() error {
 		for _, d := range p.all {
 			if !p.rec.isApplied(d, burstSeqs[0]) {
-				return d + " has not started on the upload", nil
+				return errors.New(d + " has not started on the upload")
 			}
 		}
-		return "", nil
+		return nil
 	})
 
 	stopAt := time.Now()
@@ -59,11 +62,11 @@ func TestPostgresRestart(t *testing.T) {
 	p.waitCaughtUp("catching up after the restart", beforeUp, p.all...)
 	// More traffic after the recovery, then drain.
 	n := p.sentCount()
-	waitFor(t, "traffic after the recovery", func(context.Context) (string, error) {
+	testenv.Eventually(t, waitLimit, "traffic after the recovery", func() error {
 		if p.sentCount() < n+100 {
-			return "publishing", nil
+			return errors.New("publishing")
 		}
-		return "", nil
+		return nil
 	})
 	stopTraffic()
 	p.waitDrained("after the PostgreSQL restart", nil)
@@ -95,13 +98,13 @@ func TestPostgresRestart(t *testing.T) {
 // waitApplied waits until every destination applied at least n events.
 func (p *pipeline) waitApplied(what string, n int64) {
 	p.t.Helper()
-	waitFor(p.t, what, func(context.Context) (string, error) {
+	testenv.Eventually(p.t, waitLimit, what, func() error {
 		for _, d := range p.all {
 			if got := p.rec.appliedCount(d); got < n {
-				return fmt.Sprintf("%s applied %d events, want %d", d, got, n), nil
+				return fmt.Errorf("%s applied %d events, want %d", d, got, n)
 			}
 		}
-		return "", nil
+		return nil
 	})
 }
 
@@ -128,11 +131,11 @@ func (p *pipeline) waitCaughtUp(what string, seqs []uint64, dests ...string) {
 				mine = append(mine, s)
 			}
 		}
-		waitFor(p.t, what+": "+dest, func(context.Context) (string, error) {
+		testenv.Eventually(p.t, waitLimit, what+": "+dest, func() error {
 			if _, ok := p.rec.caughtUp(dest, mine); !ok {
-				return dest + " has not applied them all", nil
+				return errors.New(dest + " has not applied them all")
 			}
-			return "", nil
+			return nil
 		})
 	}
 }

@@ -296,27 +296,14 @@ func (e *env) launch(s sink.Sink, cfg *runner.Config) (r *runner.Runner, reg *pr
 	}
 }
 
-// eventually polls cond until it returns nil, failing the test with its
-// last error after a generous deadline (a slow machine is not a failure).
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitMax bounds every wait of these tests for a state of the servers:
+// generous, a slow machine is not a failure.
+const waitMax = 60 * time.Second
 
 // drained waits until WORK is empty and nothing is pending on consumer.
 func (e *env) drained(consumer string) {
 	e.t.Helper()
-	eventually(e.t, "WORK drained and acked", func() error {
+	testenv.Eventually(e.t, waitMax, "WORK drained and acked", func() error {
 		ctx := context.Background()
 		info, err := e.work.Info(ctx)
 		if err != nil {

@@ -171,8 +171,8 @@ func (r *Runner) Run(ctx context.Context) error {
 //
 // The fetch is bounded by FetchMaxWait, not by a context: with a context the
 // client stops listening when it ends, and an item the server sent just
-// before its own expiry is then delivered to nobody and waits out AckWait
-// (seen as 30 s stalls). FetchMaxWait listens until the server's
+// before its own expiry is then delivered to nobody and waits out AckWait.
+// FetchMaxWait listens until the server's
 // end-of-request status. Shutdown therefore waits for at most one
 // FetchWait; items arriving after ctx ended are handed back by handle.
 func (r *Runner) fetch(ctx, hard context.Context, n int, free chan struct{}, wg *sync.WaitGroup) (int, error) {

@@ -508,7 +508,7 @@ func TestReadAheadKeepsApplyConcurrency(t *testing.T) {
 	cfg := e.fastConfig()
 	cfg.Concurrency, cfg.ReadAhead = 2, 2
 	r, _ := e.start(w, cfg)
-	eventually(t, "two items applying and two read ahead", func() error {
+	testenv.Eventually(t, waitMax, "two items applying and two read ahead", func() error {
 		c, err := e.js.Consumer(context.Background(), work.StreamName, r.Config().Consumer)
 		if err != nil {
 			return err

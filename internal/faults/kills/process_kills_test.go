@@ -1,4 +1,4 @@
-package chaos_test
+package kills_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairwayhq/fairway/internal/testenv"
 )
 
 // Knobs: FAIRWAY_CHAOS_KILLS (default 20) and FAIRWAY_CHAOS_INTERVAL, the
@@ -41,7 +43,12 @@ func TestProcessKills(t *testing.T) {
 	tr := c.startTraffic()
 	t.Cleanup(tr.stopTraffic)
 	started := time.Now()
-	waitFor(t, 5*time.Minute, "ingest to acknowledge the first events", func() bool { return tr.ledger.size() >= 100 })
+	testenv.Eventually(t, 5*time.Minute, "ingest to acknowledge the first 100 events", func() error {
+		if n := tr.ledger.size(); n < 100 {
+			return fmt.Errorf("%d acknowledged", n)
+		}
+		return nil
+	})
 
 	victims := append(append([]*proc(nil), c.dispatchers...), c.sinks...)
 	killed := map[string]int{}
@@ -156,17 +163,6 @@ func formatCounts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting %s for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func envInt(t *testing.T, name string, def int) int {

@@ -67,18 +67,19 @@ func (r *Runner) handle(stop, hard context.Context, msg jetstream.Msg) {
 	}
 	ctx, cancel := context.WithCancel(hard)
 	defer cancel()
-	j := &job{
+	ir := &itemRun{
 		r: r, msg: msg, item: it, deliveries: deliveries,
 		log: r.log.With("item", it.MsgID(), "tenant", it.Tenant, "lease", it.LeaseID,
 			"range", fmt.Sprintf("%d..%d", it.FromSeq, it.ToSeq), "delivery", deliveries),
 	}
-	j.stopHeartbeat = j.heartbeat(ctx)
-	defer j.stopHeartbeat()
-	outcome = j.run(stop, ctx)
+	ir.stopHeartbeat = ir.heartbeat(ctx)
+	defer ir.stopHeartbeat()
+	outcome = ir.run(stop, ctx)
 }
 
-// job is one work item in progress.
-type job struct {
+// itemRun is one work item in progress, from its fetch to its ack, nak or
+// term: what was read, what failed and how often, the letters to publish.
+type itemRun struct {
 	r          *Runner
 	msg        jetstream.Msg
 	item       work.Item
@@ -103,53 +104,53 @@ type failure struct {
 	first, last time.Time
 }
 
-func (j *job) run(stop, ctx context.Context) string {
-	cfg := j.r.cfg
-	if err := j.read(stop, ctx); err != nil {
-		j.log.Warn("work item handed back: cannot read its events", "err", err)
-		_ = j.msg.Nak()
+func (ir *itemRun) run(stop, ctx context.Context) string {
+	cfg := ir.r.cfg
+	if err := ir.read(stop, ctx); err != nil {
+		ir.log.Warn("work item handed back: cannot read its events", "err", err)
+		_ = ir.msg.Nak()
 		return outcomeHandedBack
 	}
-	todo := make([]int, len(j.recs))
+	todo := make([]int, len(ir.recs))
 	for k := range todo {
 		todo[k] = k
 	}
-	if j.deliveries >= uint64(cfg.MaxDeliver) && len(todo) > 0 {
-		reason := fmt.Sprintf("work item delivered %d times (MaxDeliver) without finishing; dead-lettered unapplied so it is not dropped", j.deliveries)
+	if ir.deliveries >= uint64(cfg.MaxDeliver) && len(todo) > 0 {
+		reason := fmt.Sprintf("work item delivered %d times (MaxDeliver) without finishing; dead-lettered unapplied so it is not dropped", ir.deliveries)
 		for _, k := range todo {
-			j.letter(k, sink.ClassUnknown.String(), "max deliver", reason)
+			ir.letter(k, sink.ClassUnknown.String(), "max deliver", reason)
 		}
 		todo = nil
 	}
-	todo, err := j.applyLoop(stop, ctx, todo)
+	todo, err := ir.applyLoop(stop, ctx, todo)
 	if err != nil {
-		j.log.Info("work item handed back", "err", err, j.storedRequests())
-		_ = j.msg.Nak()
+		ir.log.Info("work item handed back", "err", err, ir.storedRequests())
+		_ = ir.msg.Nak()
 		return outcomeHandedBack
 	}
-	return j.finish(stop, ctx, len(todo))
+	return ir.finish(stop, ctx, len(todo))
 }
 
-// read fills j.stored and j.recs: from the bodies the item carries, or
+// read fills ir.stored and ir.recs: from the bodies the item carries, or
 // else from PRODUCTS (readProducts).
-func (j *job) read(stop, ctx context.Context) error {
+func (ir *itemRun) read(stop, ctx context.Context) error {
 	mode := "carried"
-	if j.item.Bodies != nil {
-		j.stored = carriedStored(j.item)
+	if ir.item.Bodies != nil {
+		ir.stored = carriedStored(ir.item)
 		// A redrive's sequences may name other events in PRODUCTS by
 		// now: its events go without headers (fillHeaders).
-		if j.item.Redrive {
-			j.headers = true
+		if ir.item.Redrive {
+			ir.headers = true
 		}
-		j.decode()
+		ir.decode()
 	} else {
 		var err error
-		if mode, err = j.readProducts(stop, ctx); err != nil {
+		if mode, err = ir.readProducts(stop, ctx); err != nil {
 			return err
 		}
 	}
-	j.r.m.readEvents.WithLabelValues(mode, strconv.FormatBool(j.item.Replay)).Add(float64(len(j.stored)))
-	j.fails = make([]failure, len(j.recs))
+	ir.r.m.readEvents.WithLabelValues(mode, strconv.FormatBool(ir.item.Replay)).Add(float64(len(ir.stored)))
+	ir.fails = make([]failure, len(ir.recs))
 	return nil
 }
 
@@ -172,29 +173,29 @@ func carriedStored(it work.Item) []work.Stored {
 	return out
 }
 
-// readProducts fills j.stored and j.recs from PRODUCTS, retrying read
+// readProducts fills ir.stored and ir.recs from PRODUCTS, retrying read
 // errors with backoff, and says how it read them (bare or headers). A
 // range shorter than dispatched becomes a KindRange letter; an event that
 // does not decode becomes a permanent letter.
-func (j *job) readProducts(stop, ctx context.Context) (mode string, err error) {
-	if err := j.readStored(stop, ctx, j.r.reader.ReadItem); err != nil {
+func (ir *itemRun) readProducts(stop, ctx context.Context) (mode string, err error) {
+	if err := ir.readStored(stop, ctx, ir.r.reader.ReadItem); err != nil {
 		return "", err
 	}
-	bare := len(j.stored) > 0 && j.stored[0].Bare // a read is all bare or all with headers (ReadItem)
-	why := j.decode()
+	bare := len(ir.stored) > 0 && ir.stored[0].Bare // a read is all bare or all with headers (ReadItem)
+	why := ir.decode()
 	if why == "" && bare {
-		why = j.checkBareOps(ctx)
+		why = ir.checkBareOps(ctx)
 	}
 	if why != "" {
 		// Read without headers, an event's subject is not known, only
 		// what the item says of its range: read the item as the header
 		// path does, where each event is checked against its own subject
 		// (its events are never bare, so decode cannot refuse them again).
-		j.log.Warn("a work item's events read without headers do not match it; reading them with headers", "why", why)
-		if err := j.readStored(stop, ctx, j.r.reader.ReadItemHeaders); err != nil {
+		ir.log.Warn("a work item's events read without headers do not match it; reading them with headers", "why", why)
+		if err := ir.readStored(stop, ctx, ir.r.reader.ReadItemHeaders); err != nil {
 			return "", err
 		}
-		j.decode()
+		ir.decode()
 		bare = false
 	}
 	if bare {
@@ -203,48 +204,48 @@ func (j *job) readProducts(stop, ctx context.Context) (mode string, err error) {
 	return "headers", nil
 }
 
-// readStored fills j.stored with read, retrying read errors with backoff.
-func (j *job) readStored(stop, ctx context.Context, read func(context.Context, work.Item) ([]work.Stored, error)) error {
-	it := j.item
-	return j.retry(stop, ctx, "read events", func(ctx context.Context) error {
+// readStored fills ir.stored with read, retrying read errors with backoff.
+func (ir *itemRun) readStored(stop, ctx context.Context, read func(context.Context, work.Item) ([]work.Stored, error)) error {
+	it := ir.item
+	return ir.retry(stop, ctx, "read events", func(ctx context.Context) error {
 		out, err := read(ctx, it)
 		if err != nil {
 			return err
 		}
 		if len(out) < it.Count {
-			if err := j.r.shortRead(ctx, it, out); err != nil {
+			if err := ir.r.shortRead(ctx, it, out); err != nil {
 				return err
 			}
 		}
-		j.stored = out
+		ir.stored = out
 		return nil
 	})
 }
 
-// decode fills j.recs (and j.letters: a lost range, events that do not
-// decode, events whose body disagrees with their subject) from j.stored.
+// decode fills ir.recs (and ir.letters: a lost range, events that do not
+// decode, events whose body disagrees with their subject) from ir.stored.
 // It stops at a bare event whose body names another tenant than the
 // item's, and says why.
-func (j *job) decode() (why string) {
-	it := j.item
-	j.letters, j.recs, j.src = nil, make([]sink.Record, 0, len(j.stored)), make([]int, 0, len(j.stored))
-	now := j.r.cfg.Now()
-	if missing := it.Count - len(j.stored); missing > 0 {
-		j.letters = append(j.letters, dlq.Letter{
-			Kind: dlq.KindRange, Dest: j.r.cfg.Dest, Tenant: it.Tenant,
+func (ir *itemRun) decode() (why string) {
+	it := ir.item
+	ir.letters, ir.recs, ir.src = nil, make([]sink.Record, 0, len(ir.stored)), make([]int, 0, len(ir.stored))
+	now := ir.r.cfg.Now()
+	if missing := it.Count - len(ir.stored); missing > 0 {
+		ir.letters = append(ir.letters, dlq.Letter{
+			Kind: dlq.KindRange, Dest: ir.r.cfg.Dest, Tenant: it.Tenant,
 			Reason: fmt.Sprintf("range %d..%d held %d of %d dispatched events: %d left %s (MaxAge or MaxBytes) before they were applied",
-				it.FromSeq, it.ToSeq, len(j.stored), it.Count, missing, j.r.cfg.ProductsStream),
+				it.FromSeq, it.ToSeq, len(ir.stored), it.Count, missing, ir.r.cfg.ProductsStream),
 			Class: sink.ClassPermanent.String(), Rule: "range aged out",
-			Deliveries: j.deliveries, FirstFailure: now, LastFailure: now,
-			SourceStream: j.r.cfg.ProductsStream, SourceSeq: it.FromSeq, Lease: it.LeaseID, Data: j.msg.Data(),
+			Deliveries: ir.deliveries, FirstFailure: now, LastFailure: now,
+			SourceStream: ir.r.cfg.ProductsStream, SourceSeq: it.FromSeq, Lease: it.LeaseID, Data: ir.msg.Data(),
 		})
-		j.log.Error("events of a work item are gone from the stream; recorded as a lost range", "missing", missing, "count", it.Count,
-			j.storedRequests())
+		ir.log.Error("events of a work item are gone from the stream; recorded as a lost range", "missing", missing, "count", it.Count,
+			ir.storedRequests())
 	}
-	for i, s := range j.stored {
+	for i, s := range ir.stored {
 		ev, err := events.Decode(s.Data)
 		if err != nil {
-			j.letters = append(j.letters, j.eventLetter(s, failure{first: now, last: now}, sink.ClassPermanent.String(), "invalid event",
+			ir.letters = append(ir.letters, ir.eventLetter(s, failure{first: now, last: now}, sink.ClassPermanent.String(), "invalid event",
 				"stored event does not decode: "+err.Error()))
 			continue
 		}
@@ -255,13 +256,13 @@ func (j *job) decode() (why string) {
 			if err := ev.CheckSubject(s.Subject); err != nil {
 				var me *events.SubjectMismatchError
 				errors.As(err, &me)
-				j.log.Warn("a stored event disagrees with its subject; dead-lettered", "seq", s.Seq, "subject", s.Subject, "err", err)
-				j.letters = append(j.letters, j.eventLetter(s, failure{first: now, last: now}, sink.ClassPermanent.String(), string(me.Rule), err.Error()))
+				ir.log.Warn("a stored event disagrees with its subject; dead-lettered", "seq", s.Seq, "subject", s.Subject, "err", err)
+				ir.letters = append(ir.letters, ir.eventLetter(s, failure{first: now, last: now}, sink.ClassPermanent.String(), string(me.Rule), err.Error()))
 				continue
 			}
 		}
-		j.recs = append(j.recs, sink.Record{Seq: s.Seq, Event: ev, PublishedAt: s.Time})
-		j.src = append(j.src, i)
+		ir.recs = append(ir.recs, sink.Record{Seq: s.Seq, Event: ev, PublishedAt: s.Time})
+		ir.src = append(ir.src, i)
 	}
 	return ""
 }
@@ -271,15 +272,15 @@ func (j *job) decode() (why string) {
 // item's range (one direct get, OpSeqs) must be exactly the events whose
 // body says delete, since the stream stores events of no other op
 // (events.StreamSubjects). It says why not, or "".
-func (j *job) checkBareOps(ctx context.Context) string {
-	it := j.item
+func (ir *itemRun) checkBareOps(ctx context.Context) string {
+	it := ir.item
 	deletes := map[uint64]bool{}
-	for _, rec := range j.recs {
+	for _, rec := range ir.recs {
 		if rec.Event.Op == events.OpDelete {
 			deletes[rec.Seq] = true
 		}
 	}
-	seqs, err := j.r.reader.OpSeqs(ctx, it.Tenant, events.OpDelete, it.FromSeq, it.ToSeq, len(deletes)+1)
+	seqs, err := ir.r.reader.OpSeqs(ctx, it.Tenant, events.OpDelete, it.FromSeq, it.ToSeq, len(deletes)+1)
 	if err != nil {
 		return "cannot list the range's delete subjects: " + err.Error()
 	}
@@ -299,8 +300,9 @@ func (j *job) checkBareOps(ctx context.Context) string {
 // it is 90 % synchronized (nats-server 2.15): it may lack the newest events.
 // If the stream's leader holds one of the tenant's events in the range after
 // the last one read, the read is retried (an error); otherwise the missing
-// events really left the stream. Seen in the NATS failover test:
-// acknowledged events dead-lettered as "aged out" right after a restart.
+// events really left the stream. Without that check, acknowledged events
+// read from a restarted node would be dead-lettered as "aged out" (the
+// NATS failover test restarts nodes under traffic).
 func (r *Runner) shortRead(ctx context.Context, it work.Item, out []work.Stored) error {
 	from := it.FromSeq
 	if len(out) > 0 {
@@ -321,23 +323,23 @@ func (r *Runner) shortRead(ctx context.Context, it work.Item, out []work.Stored)
 // applyLoop applies recs[todo] until every record is applied or
 // dead-lettered, or the lease went stale (the rest is returned). errStopped
 // when the item must be handed back.
-func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
-	cfg := j.r.cfg
+func (ir *itemRun) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
+	cfg := ir.r.cfg
 	bo := cfg.newBackOff()
 	for attempt := 1; len(todo) > 0; attempt++ {
-		batch := j.batch(todo)
+		batch := ir.batch(todo)
 		if stop.Err() != nil {
 			return todo, errStopped
 		}
 		select { // wait for an apply slot; handed back if stopped meanwhile
-		case j.r.applying <- struct{}{}:
+		case ir.r.applying <- struct{}{}:
 		case <-stop.Done():
 			return todo, errStopped
 		case <-ctx.Done():
 			return todo, errStopped
 		}
-		errs, err := j.apply(ctx, batch)
-		<-j.r.applying
+		errs, err := ir.apply(ctx, batch)
+		<-ir.r.applying
 		if ctx.Err() != nil {
 			return todo, errStopped
 		}
@@ -350,7 +352,7 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 		)
 		judge := func(k int, e error) {
 			out := cfg.Classify(e)
-			f := &j.fails[k]
+			f := &ir.fails[k]
 			f.attempts++
 			if f.first.IsZero() {
 				f.first = now
@@ -358,9 +360,9 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 			f.last = now
 			switch {
 			case out.Class == sink.ClassPermanent:
-				j.letter(k, out.Class.String(), out.Rule, "rejected: "+e.Error())
+				ir.letter(k, out.Class.String(), out.Rule, "rejected: "+e.Error())
 			case out.Class == sink.ClassUnknown && f.attempts >= cfg.MaxAttempts:
-				j.letter(k, out.Class.String(), out.Rule, fmt.Sprintf("gave up after %d attempts: %v", f.attempts, e))
+				ir.letter(k, out.Class.String(), out.Rule, fmt.Sprintf("gave up after %d attempts: %v", f.attempts, e))
 			default:
 				retry = append(retry, k)
 				retryAfter = max(retryAfter, out.RetryAfter)
@@ -378,32 +380,32 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 					judge(k, e)
 					continue
 				}
-				j.applied++
-				j.r.m.applied.Inc()
-				if !j.item.Replay { // a replayed event's age is the replay's, not the pipeline's
-					j.r.m.endToEnd.Observe(now.Sub(j.recs[k].PublishedAt).Seconds())
+				ir.applied++
+				ir.r.m.applied.Inc()
+				if !ir.item.Replay { // a replayed event's age is the replay's, not the pipeline's
+					ir.r.m.endToEnd.Observe(now.Sub(ir.recs[k].PublishedAt).Seconds())
 				}
 			}
 		}
 		if len(retry) == 0 {
 			return nil, nil
 		}
-		if j.fenced.Load() {
+		if ir.fenced.Load() {
 			return retry, nil
 		}
 		d := bo.NextBackOff()
 		if d == backoff.Stop {
 			for _, k := range retry {
-				j.letter(k, class.String(), cfg.Classify(lastErr).Rule,
-					fmt.Sprintf("gave up after %s of retries (%d attempts): %v", cfg.Backoff.MaxElapsed, j.fails[k].attempts, lastErr))
+				ir.letter(k, class.String(), cfg.Classify(lastErr).Rule,
+					fmt.Sprintf("gave up after %s of retries (%d attempts): %v", cfg.Backoff.MaxElapsed, ir.fails[k].attempts, lastErr))
 			}
 			return nil, nil
 		}
 		d = max(d, min(retryAfter, cfg.RetryAfterMax))
-		j.r.m.retries.WithLabelValues(class.String()).Inc()
-		j.log.Info("apply failed; retrying", "attempt", attempt, "records", len(retry), "class", class.String(), "in", d, "err", lastErr,
-			j.recRequests(retry))
-		j.noteWait(ctx, lastErr, fmt.Sprintf("attempt %d failed (%s), %d records, next in %s: %v",
+		ir.r.m.retries.WithLabelValues(class.String()).Inc()
+		ir.log.Info("apply failed; retrying", "attempt", attempt, "records", len(retry), "class", class.String(), "in", d, "err", lastErr,
+			ir.recRequests(retry))
+		ir.noteWait(ctx, lastErr, fmt.Sprintf("attempt %d failed (%s), %d records, next in %s: %v",
 			attempt, class, len(retry), d.Round(time.Millisecond), lastErr))
 		if !sleep(stop, ctx, d) {
 			return retry, errStopped
@@ -417,13 +419,13 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 // a first attempt (todo is always an increasing subset of recs' indexes:
 // run starts with all of them, a retry keeps todo's order; a sink does not
 // modify its batch), else a copy.
-func (j *job) batch(todo []int) []sink.Record {
-	if len(todo) == len(j.recs) {
-		return j.recs
+func (ir *itemRun) batch(todo []int) []sink.Record {
+	if len(todo) == len(ir.recs) {
+		return ir.recs
 	}
 	batch := make([]sink.Record, len(todo))
 	for n, k := range todo {
-		batch[n] = j.recs[k]
+		batch[n] = ir.recs[k]
 	}
 	return batch
 }
@@ -432,28 +434,28 @@ func (j *job) batch(todo []int) []sink.Record {
 // shows it): the destination's circuit is open, or a failing batch is being
 // retried. Best effort: a failure is logged, a stale lease ignored (the
 // heartbeat reports it).
-func (j *job) noteWait(ctx context.Context, err error, detail string) {
+func (ir *itemRun) noteWait(ctx context.Context, err error, detail string) {
 	kind := tenancy.WaitRetrying
 	if errors.Is(err, sink.ErrCircuitOpen) {
 		kind = tenancy.WaitCircuitOpen
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := j.r.leases.SetLeaseWait(wctx, j.item.LeaseID, j.item.Token, kind, detail); err != nil &&
+	if err := ir.r.leases.SetLeaseWait(wctx, ir.item.LeaseID, ir.item.Token, kind, detail); err != nil &&
 		!errors.Is(err, tenancy.ErrStaleLease) && ctx.Err() == nil {
-		j.log.Warn("record why the item waits", "err", err)
+		ir.log.Warn("record why the item waits", "err", err)
 	}
 }
 
 // apply calls the sink, turning a panic or a malformed result into an error.
-func (j *job) apply(ctx context.Context, batch []sink.Record) (errs []error, err error) {
+func (ir *itemRun) apply(ctx context.Context, batch []sink.Record) (errs []error, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			j.log.Error("sink panicked", "panic", p, "stack", string(debug.Stack()))
+			ir.log.Error("sink panicked", "panic", p, "stack", string(debug.Stack()))
 			errs, err = nil, fmt.Errorf("%w: %v", ErrPanic, p)
 		}
 	}()
-	errs, err = j.r.sink.Apply(sink.WithCaughtUp(ctx, j.item.CaughtUp), batch)
+	errs, err = ir.r.sink.Apply(sink.WithCaughtUp(ctx, ir.item.CaughtUp), batch)
 	if err == nil && len(errs) != len(batch) {
 		return nil, fmt.Errorf("%w: %d errors for %d records", ErrBadResult, len(errs), len(batch))
 	}
@@ -462,36 +464,36 @@ func (j *job) apply(ctx context.Context, batch []sink.Record) (errs []error, err
 
 // finish publishes the letters, releases the lease and acks. left records
 // were not applied because the lease went stale.
-func (j *job) finish(stop, ctx context.Context, left int) string {
-	j.stopHeartbeat()
-	if len(j.letters) > 0 {
-		err := j.retry(stop, ctx, "publish dead letters", func(ctx context.Context) error {
-			return j.r.dlq.Publish(ctx, j.letters)
+func (ir *itemRun) finish(stop, ctx context.Context, left int) string {
+	ir.stopHeartbeat()
+	if len(ir.letters) > 0 {
+		err := ir.retry(stop, ctx, "publish dead letters", func(ctx context.Context) error {
+			return ir.r.dlq.Publish(ctx, ir.letters)
 		})
 		if err != nil {
-			j.log.Warn("work item handed back: dead letters not stored", "err", err, j.letterRequests())
-			_ = j.msg.Nak()
+			ir.log.Warn("work item handed back: dead letters not stored", "err", err, ir.letterRequests())
+			_ = ir.msg.Nak()
 			return outcomeHandedBack
 		}
 		byClass := map[string]int{}
-		for _, l := range j.letters {
+		for _, l := range ir.letters {
 			byClass[l.Class]++
-			j.r.m.deadLetters.WithLabelValues(l.Class).Inc()
+			ir.r.m.deadLetters.WithLabelValues(l.Class).Inc()
 		}
-		j.log.Warn("dead-lettered", "letters", len(j.letters), "by_class", byClass, "applied", j.applied,
-			"first_reason", j.letters[0].Reason, "first_seq", j.letters[0].SourceSeq, j.letterRequests())
+		ir.log.Warn("dead-lettered", "letters", len(ir.letters), "by_class", byClass, "applied", ir.applied,
+			"first_reason", ir.letters[0].Reason, "first_seq", ir.letters[0].SourceSeq, ir.letterRequests())
 	}
 	outcome := outcomeDone
-	if j.fenced.Load() {
+	if ir.fenced.Load() {
 		outcome = outcomeFenced
-		j.log.Warn("lease fenced out: the range was re-dispatched under a newer lease; acking without release and leaving the rest to it",
-			"applied", j.applied, "left", left, j.storedRequests())
+		ir.log.Warn("lease fenced out: the range was re-dispatched under a newer lease; acking without release and leaving the rest to it",
+			"applied", ir.applied, "left", left, ir.storedRequests())
 	} else {
-		j.release(ctx)
+		ir.release(ctx)
 	}
-	if err := j.ack(context.WithoutCancel(ctx)); err != nil {
+	if err := ir.ack(context.WithoutCancel(ctx)); err != nil {
 		// The item will be delivered again and applied again, idempotently.
-		j.log.Warn("ack work item", "err", err)
+		ir.log.Warn("ack work item", "err", err)
 	}
 	return outcome
 }
@@ -499,20 +501,19 @@ func (j *job) finish(stop, ctx context.Context, left int) string {
 // ackAttemptTimeout bounds the first attempt to acknowledge an item; each
 // retry gets twice as long as the one before. An ack sent while the
 // consumer's leader moves (a NATS node lost) is dropped without an answer;
-// one attempt bounded only by AckWait held the worker for all of it (seen in
-// the NATS failover test: workers stuck 30 s). Short attempts get through as
-// soon as the new leader answers.
+// one attempt bounded only by AckWait would hold the worker for all of it.
+// Short attempts get through as soon as the new leader answers.
 const ackAttemptTimeout = 2 * time.Second
 
 // ack acknowledges the item (double ack: the server confirms), in attempts
 // of growing length until AckWait is spent. Acking again after an attempt
 // that did land is harmless.
-func (j *job) ack(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, j.r.cfg.AckWait)
+func (ir *itemRun) ack(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, ir.r.cfg.AckWait)
 	defer cancel()
 	for attempt := ackAttemptTimeout; ; attempt *= 2 {
 		actx, acancel := context.WithTimeout(ctx, attempt)
-		err := j.msg.DoubleAck(actx)
+		err := ir.msg.DoubleAck(actx)
 		acancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			return nil
@@ -531,38 +532,38 @@ func (j *job) ack(ctx context.Context) error {
 // to the lease's expiry. Giving up early is costly: the tenant's slot stays
 // held until the lease expires, and the batch is then re-dispatched and
 // applied a second time.
-func (j *job) release(ctx context.Context) {
-	give := time.Now().Add(j.r.cfg.ExtendEvery)
+func (ir *itemRun) release(ctx context.Context) {
+	give := time.Now().Add(ir.r.cfg.ExtendEvery)
 	wait := 100 * time.Millisecond
 	var err error
 	for {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err = j.r.leases.Release(rctx, j.item.LeaseID, j.item.Token)
+		err = ir.r.leases.Release(rctx, ir.item.LeaseID, ir.item.Token)
 		cancel()
 		switch {
 		case err == nil:
 			return
 		case errors.Is(err, tenancy.ErrStaleLease):
-			j.r.m.staleLeases.Inc()
-			j.log.Warn("lease was stale at release (re-dispatched meanwhile); item acked anyway", "err", err)
+			ir.r.m.staleLeases.Inc()
+			ir.log.Warn("lease was stale at release (re-dispatched meanwhile); item acked anyway", "err", err)
 			return
 		}
 		if time.Now().Add(wait).After(give) {
 			break
 		}
-		j.log.Info("release lease failed; retrying", "in", wait, "err", err)
+		ir.log.Info("release lease failed; retrying", "in", wait, "err", err)
 		if !sleep(ctx, ctx, wait) {
 			break
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
-	j.log.Error("release lease failed; it expires by itself", "err", err)
+	ir.log.Error("release lease failed; it expires by itself", "err", err)
 }
 
 // retry runs f until it succeeds, the backoff gives up (its last error) or
 // the runner stops (errStopped).
-func (j *job) retry(stop, ctx context.Context, what string, f func(context.Context) error) error {
-	bo := j.r.cfg.newBackOff()
+func (ir *itemRun) retry(stop, ctx context.Context, what string, f func(context.Context) error) error {
+	bo := ir.r.cfg.newBackOff()
 	for {
 		err := f(ctx)
 		if err == nil {
@@ -575,7 +576,7 @@ func (j *job) retry(stop, ctx context.Context, what string, f func(context.Conte
 		if d == backoff.Stop {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		j.log.Info(what+" failed; retrying", "in", d, "err", err)
+		ir.log.Info(what+" failed; retrying", "in", d, "err", err)
 		if !sleep(stop, ctx, d) {
 			return errStopped
 		}
@@ -583,14 +584,14 @@ func (j *job) retry(stop, ctx context.Context, what string, f func(context.Conte
 }
 
 // letter dead-letters recs[k].
-func (j *job) letter(k int, class, rule, reason string) {
-	j.letters = append(j.letters, j.eventLetter(j.stored[j.src[k]], j.fails[k], class, rule, reason))
+func (ir *itemRun) letter(k int, class, rule, reason string) {
+	ir.letters = append(ir.letters, ir.eventLetter(ir.stored[ir.src[k]], ir.fails[k], class, rule, reason))
 }
 
-func (j *job) eventLetter(s work.Stored, f failure, class, rule, reason string) dlq.Letter {
-	if j.headerless(s) {
-		j.fillHeaders()
-		for _, h := range j.stored {
+func (ir *itemRun) eventLetter(s work.Stored, f failure, class, rule, reason string) dlq.Letter {
+	if ir.headerless(s) {
+		ir.fillHeaders()
+		for _, h := range ir.stored {
 			if h.Seq == s.Seq {
 				s = h
 				break
@@ -598,19 +599,19 @@ func (j *job) eventLetter(s work.Stored, f failure, class, rule, reason string) 
 		}
 	}
 	return dlq.Letter{
-		Kind: dlq.KindEvent, Dest: j.r.cfg.Dest, Tenant: j.item.Tenant,
-		Reason: reason, Class: class, Rule: rule, Attempts: f.attempts, Deliveries: j.deliveries,
+		Kind: dlq.KindEvent, Dest: ir.r.cfg.Dest, Tenant: ir.item.Tenant,
+		Reason: reason, Class: class, Rule: rule, Attempts: f.attempts, Deliveries: ir.deliveries,
 		FirstFailure: f.first, LastFailure: f.last,
-		SourceStream: j.r.cfg.ProductsStream, SourceSeq: s.Seq, SourceSubject: s.Subject,
-		Lease: j.item.LeaseID, Header: s.Header, Data: s.Data, Redriven: j.item.Redrive,
+		SourceStream: ir.r.cfg.ProductsStream, SourceSeq: s.Seq, SourceSubject: s.Subject,
+		Lease: ir.item.LeaseID, Header: s.Header, Data: s.Data, Redriven: ir.item.Redrive,
 	}
 }
 
 // heartbeat keeps the item alive while it works: InProgress so JetStream
 // does not redeliver it, Extend so the slot lease does not expire. The
 // returned func stops it and waits; it may be called more than once.
-func (j *job) heartbeat(ctx context.Context) func() {
-	cfg := j.r.cfg
+func (ir *itemRun) heartbeat(ctx context.Context) func() {
+	cfg := ir.r.cfg
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -619,28 +620,28 @@ func (j *job) heartbeat(ctx context.Context) func() {
 		defer ip.Stop()
 		ext := time.NewTicker(cfg.ExtendEvery)
 		defer ext.Stop()
-		lease := tenancy.Lease{ID: j.item.LeaseID, Token: j.item.Token}
+		lease := tenancy.Lease{ID: ir.item.LeaseID, Token: ir.item.Token}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-ip.C:
-				if err := j.msg.InProgress(); err != nil && ctx.Err() == nil {
-					j.log.Warn("report work item in progress", "err", err)
+				if err := ir.msg.InProgress(); err != nil && ctx.Err() == nil {
+					ir.log.Warn("report work item in progress", "err", err)
 				}
 			case <-ext.C:
 				ectx, c := context.WithTimeout(ctx, cfg.ExtendEvery)
-				_, err := j.r.leases.Extend(ectx, lease)
+				_, err := ir.r.leases.Extend(ectx, lease)
 				c()
 				switch {
 				case errors.Is(err, tenancy.ErrStaleLease):
 					ext.Stop()
-					if !j.fenced.Swap(true) {
-						j.r.m.staleLeases.Inc()
-						j.log.Warn("lease fenced out while working; no further retries under it", "err", err)
+					if !ir.fenced.Swap(true) {
+						ir.r.m.staleLeases.Inc()
+						ir.log.Warn("lease fenced out while working; no further retries under it", "err", err)
 					}
 				case err != nil && ctx.Err() == nil:
-					j.log.Warn("extend lease", "err", err)
+					ir.log.Warn("extend lease", "err", err)
 				}
 			}
 		}
@@ -687,35 +688,35 @@ func requestIDs(hs iter.Seq[nats.Header]) slog.Attr {
 
 // headerless says whether s was taken without its headers: read bare, or
 // carried in the item.
-func (j *job) headerless(s work.Stored) bool { return s.Bare || j.item.Bodies != nil }
+func (ir *itemRun) headerless(s work.Stored) bool { return s.Bare || ir.item.Bodies != nil }
 
 // fillHeaders reads the headers (subject, request id, the publisher's
 // headers) of events read without them or carried in the item, for a dead
 // letter or a log line that names request ids: the rare paths. Best
 // effort, once: events whose headers cannot be read (a carried event gone
 // from PRODUCTS) stay without.
-func (j *job) fillHeaders() {
-	if j.headers {
+func (ir *itemRun) fillHeaders() {
+	if ir.headers {
 		return
 	}
-	j.headers = true
-	if !slices.ContainsFunc(j.stored, j.headerless) {
+	ir.headers = true
+	if !slices.ContainsFunc(ir.stored, ir.headerless) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	full, err := j.r.reader.ReadItemHeaders(ctx, j.item)
+	full, err := ir.r.reader.ReadItemHeaders(ctx, ir.item)
 	if err != nil {
-		j.log.Warn("cannot read the headers of a work item's events", "err", err)
+		ir.log.Warn("cannot read the headers of a work item's events", "err", err)
 	}
 	bySeq := make(map[uint64]work.Stored, len(full))
 	for _, s := range full {
 		bySeq[s.Seq] = s
 	}
-	for i, s := range j.stored {
-		if h, ok := bySeq[s.Seq]; ok && j.headerless(s) {
+	for i, s := range ir.stored {
+		if h, ok := bySeq[s.Seq]; ok && ir.headerless(s) {
 			s.Subject, s.Header, s.Bare = h.Subject, h.Header, false
-			j.stored[i] = s
+			ir.stored[i] = s
 		}
 	}
 }
@@ -728,14 +729,14 @@ type lazyAttr func() slog.Value
 func (f lazyAttr) LogValue() slog.Value { return f() }
 
 // storedRequests names the request ids of every event read.
-func (j *job) storedRequests() slog.Attr {
-	return slog.Any("requests", lazyAttr(func() slog.Value { return j.storedRequestsNow().Value }))
+func (ir *itemRun) storedRequests() slog.Attr {
+	return slog.Any("requests", lazyAttr(func() slog.Value { return ir.storedRequestsNow().Value }))
 }
 
-func (j *job) storedRequestsNow() slog.Attr {
-	j.fillHeaders()
+func (ir *itemRun) storedRequestsNow() slog.Attr {
+	ir.fillHeaders()
 	return requestIDs(func(yield func(nats.Header) bool) {
-		for _, s := range j.stored {
+		for _, s := range ir.stored {
 			if !yield(s.Header) {
 				return
 			}
@@ -744,15 +745,15 @@ func (j *job) storedRequestsNow() slog.Attr {
 }
 
 // recRequests names the request ids of recs[ks].
-func (j *job) recRequests(ks []int) slog.Attr {
-	return slog.Any("requests", lazyAttr(func() slog.Value { return j.recRequestsNow(ks).Value }))
+func (ir *itemRun) recRequests(ks []int) slog.Attr {
+	return slog.Any("requests", lazyAttr(func() slog.Value { return ir.recRequestsNow(ks).Value }))
 }
 
-func (j *job) recRequestsNow(ks []int) slog.Attr {
-	j.fillHeaders()
+func (ir *itemRun) recRequestsNow(ks []int) slog.Attr {
+	ir.fillHeaders()
 	return requestIDs(func(yield func(nats.Header) bool) {
 		for _, k := range ks {
-			if !yield(j.stored[j.src[k]].Header) {
+			if !yield(ir.stored[ir.src[k]].Header) {
 				return
 			}
 		}
@@ -760,9 +761,9 @@ func (j *job) recRequestsNow(ks []int) slog.Attr {
 }
 
 // letterRequests names the request ids of the dead letters.
-func (j *job) letterRequests() slog.Attr {
+func (ir *itemRun) letterRequests() slog.Attr {
 	return requestIDs(func(yield func(nats.Header) bool) {
-		for _, l := range j.letters {
+		for _, l := range ir.letters {
 			if !yield(l.Header) {
 				return
 			}
