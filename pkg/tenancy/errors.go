@@ -3,13 +3,16 @@ package tenancy
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fairwayhq/fairway/internal/sink/kind"
 )
 
 var (
 	// ErrInvalidTenant: a tenant id does not match ^[a-z0-9][a-z0-9_-]{0,62}$.
 	ErrInvalidTenant = errors.New("tenancy: invalid tenant id")
-	// ErrInvalidDest: a destination is not postgres, clickhouse or b2b:<partner>.
-	ErrInvalidDest = errors.New("tenancy: invalid destination")
+	// ErrInvalidDest: a destination is not one of a registered sink kind
+	// (postgres, clickhouse or b2b:<partner>). It is kind.ErrInvalid.
+	ErrInvalidDest = kind.ErrInvalid
 	// ErrInvalidArgument: a limit, weight, sequence, lease id or token
 	// reference is out of range or malformed.
 	ErrInvalidArgument = errors.New("tenancy: invalid argument")

@@ -2,15 +2,16 @@ package tenancy
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/fairwayhq/fairway/internal/sink/kind"
 )
 
-// Destinations other than b2b partners.
+// Destinations, named by the sink kinds' registry (internal/sink/kind).
 const (
-	DestPostgres   = "postgres"
-	DestClickHouse = "clickhouse"
+	DestPostgres   = kind.Postgres
+	DestClickHouse = kind.ClickHouse
 	// DestB2BPrefix starts a partner destination: "b2b:<partner>".
-	DestB2BPrefix = "b2b:"
+	DestB2BPrefix = kind.B2B + ":"
 )
 
 // maxIDLen is the longest tenant id (and partner name).
@@ -26,16 +27,14 @@ func ValidTenantID(id string) error {
 	return nil
 }
 
-// ValidDest reports whether dest names a sink target: "postgres",
-// "clickhouse" or "b2b:<partner>" with partner following the tenant-id rule.
+// ValidDest reports whether dest names a destination of a registered sink
+// kind (kind.Check): "postgres", "clickhouse" or "b2b:<partner>" with
+// partner following the tenant-id rule. The error wraps ErrInvalidDest.
 func ValidDest(dest string) error {
-	switch {
-	case dest == DestPostgres, dest == DestClickHouse:
-		return nil
-	case strings.HasPrefix(dest, DestB2BPrefix) && validName(dest[len(DestB2BPrefix):]):
-		return nil
+	if err := kind.Check(dest); err != nil {
+		return fmt.Errorf("tenancy: %w", err)
 	}
-	return fmt.Errorf("%w: %q (want postgres, clickhouse or b2b:<partner>)", ErrInvalidDest, dest)
+	return nil
 }
 
 func validName(s string) bool {
