@@ -349,7 +349,7 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 			lastErr    error
 		)
 		judge := func(k int, e error) {
-			out := cfg.Classify(e)
+			out := sink.Classify(j.r.sink, e)
 			f := &j.fails[k]
 			f.attempts++
 			if f.first.IsZero() {
@@ -394,7 +394,7 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 		d := bo.NextBackOff()
 		if d == backoff.Stop {
 			for _, k := range retry {
-				j.letter(k, class.String(), cfg.Classify(lastErr).Rule,
+				j.letter(k, class.String(), sink.Classify(j.r.sink, lastErr).Rule,
 					fmt.Sprintf("gave up after %s of retries (%d attempts): %v", cfg.Backoff.MaxElapsed, j.fails[k].attempts, lastErr))
 			}
 			return nil, nil
