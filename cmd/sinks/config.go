@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/sinks/b2b"
 	"github.com/fairwayhq/fairway/sinks/clickhouse"
@@ -17,7 +17,8 @@ import (
 
 // Config is everything the sinks command reads from flags and env.
 type Config struct {
-	// Dest is postgres, clickhouse or b2b:<partner>. Required.
+	// Dest is postgres, clickhouse or b2b:<partner> (kind.Describe).
+	// Required.
 	Dest string
 	// Listen serves /metrics and /healthz. Default
 	// bootstrap.SinksListenDefault(Dest): a port per destination.
@@ -61,7 +62,7 @@ type Config struct {
 var command = bootstrap.Command{
 	Name: "sinks",
 	Summary: `sinks applies one destination's work items from stream WORK (--dest):
-postgres, clickhouse or b2b:<partner>, with retries, dead letters, /metrics
+` + kind.Describe() + `, with retries, dead letters, /metrics
 and /healthz (docs/sinks.md). Run one process or more per destination.`,
 	EnvOnly: []bootstrap.EnvVar{{Name: b2b.SecretKeyEnv,
 		Usage: "32-byte key (64 hex digits or base64) that decrypts partner secrets, for --dest b2b:<partner>: the key fairway partners add encrypted them with"}},
@@ -78,7 +79,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	var c Config
 	r := &c.Runner
 	fs := pflag.NewFlagSet("sinks", pflag.ContinueOnError)
-	fs.StringVar(&c.Dest, "dest", "", "destination: postgres, clickhouse or b2b:<partner> (required)")
+	fs.StringVar(&c.Dest, "dest", "", "destination: "+kind.Describe()+" (required)")
 	fs.StringVar(&c.Listen, "listen", "", "HTTP address for /metrics and /healthz (default by --dest, below)")
 	c.NATS.RegisterFlags(fs)
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL: slot leases, and the catalog for --dest postgres (required)")
@@ -110,11 +111,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if err := command.Parse(fs, args, getenv, out); err != nil {
 		return c, err
 	}
+	if c.Dest == "" {
+		return c, fmt.Errorf("--dest is required: %s", kind.Describe())
+	}
+	k, _, err := kind.Parse(c.Dest)
 	switch {
-	case c.Dest == "":
-		return c, fmt.Errorf("--dest is required: postgres, clickhouse or b2b:<partner>")
-	case c.Dest != "postgres" && c.Dest != "clickhouse" && !strings.HasPrefix(c.Dest, "b2b:"):
-		return c, fmt.Errorf("--dest %q: want postgres, clickhouse or b2b:<partner>", c.Dest)
+	case err != nil:
+		return c, fmt.Errorf("--dest: %w", err)
 	case c.DatabaseURL == "":
 		return c, fmt.Errorf("DATABASE_URL (or --database-url) is required: slot leases live in PostgreSQL")
 	}
@@ -131,8 +134,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if c.Listen == "" {
 		c.Listen = bootstrap.SinksListenDefault(c.Dest)
 	}
-	if c.Dest == "clickhouse" && !bootstrap.Changed(fs, "concurrency") {
-		r.Concurrency = clickhouse.ConcurrencyDefault
+	if n := kinds[k.Name].concurrency; n > 0 && !bootstrap.Changed(fs, "concurrency") {
+		r.Concurrency = n
 	}
 	if c.ClickHouseFillWait == 0 {
 		c.ClickHouseFillWait = -1 // an explicit 0 means no holding back

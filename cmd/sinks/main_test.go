@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -57,6 +58,9 @@ func TestParseConfig(t *testing.T) {
 	for _, bad := range [][]string{
 		{},                             // no dest
 		{"--dest", "s3"},               // unknown dest
+		{"--dest", "b2b:Erp"},          // partner name breaks the tenant-id rule
+		{"--dest", "b2b"},              // b2b without a partner
+		{"--dest", "postgres:x"},       // postgres has no instances
 		{"--dest", "postgres", "junk"}, // stray argument
 		{"--dest", "postgres", "--ack-wait", "soon"},
 	} {
@@ -84,6 +88,20 @@ func TestParseConfig(t *testing.T) {
 	}
 	if c, err := parseConfig([]string{"--listen", ":7001"}, getenv, io.Discard); err != nil || c.Listen != ":7001" {
 		t.Errorf("--listen over FAIRWAY_SINKS_LISTEN: %q, %v", c.Listen, err)
+	}
+}
+
+// Every registered sink kind has a constructor here, and nothing else
+// does: adding a kind to internal/sink/kind without one fails.
+func TestEveryKindOpens(t *testing.T) {
+	t.Parallel()
+	for _, k := range kind.All() {
+		if sk, ok := kinds[k.Name]; !ok || sk.open == nil {
+			t.Errorf("kind %s has no constructor in cmd/sinks", k.Name)
+		}
+	}
+	if len(kinds) != len(kind.All()) {
+		t.Errorf("cmd/sinks opens %d kinds, the registry has %d", len(kinds), len(kind.All()))
 	}
 }
 

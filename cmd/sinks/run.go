@@ -5,23 +5,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/dlq"
-	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b"
-	"github.com/fairwayhq/fairway/sinks/clickhouse"
-	"github.com/fairwayhq/fairway/sinks/postgres"
 )
 
 func run(ctx context.Context, cfg Config) error {
@@ -118,33 +112,4 @@ func run(ctx context.Context, cfg Config) error {
 	}
 	bootstrap.DrainNATS(nc, 10*time.Second, log)
 	return runErr
-}
-
-// openSink builds the destination's sink and the func that closes it.
-func openSink(ctx context.Context, cfg Config, pool *pgxpool.Pool, metrics prometheus.Registerer) (sink.Sink, func(), error) {
-	switch {
-	case cfg.Dest == "postgres":
-		s, err := postgres.New(ctx, &postgres.Config{Pool: pool})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, s.Close, nil
-	case cfg.Dest == "clickhouse":
-		s, err := clickhouse.New(ctx, &clickhouse.Config{Addr: cfg.ClickHouseAddr, Database: cfg.ClickHouseDatabase,
-			Linger: cfg.ClickHouseLinger, GroupRows: cfg.ClickHouseGroupRows, FillRows: cfg.ClickHouseFillRows, FillWait: cfg.ClickHouseFillWait,
-			Registerer: metrics})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func() { _ = s.Close() }, nil
-	}
-	reg, err := b2b.NewRegistry(pool, &b2b.RegistryConfig{SecretKey: cfg.SecretKey, AllowInsecureHTTP: cfg.AllowInsecureHTTP})
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := b2b.New(&b2b.Config{Registry: reg, Partner: strings.TrimPrefix(cfg.Dest, "b2b:"), Logger: cfg.Runner.Logger, Registerer: metrics})
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, s.Close, nil
 }

@@ -160,4 +160,9 @@ func TestListenDefaultsDiffer(t *testing.T) {
 	if a, b := bootstrap.SinksListenDefault("b2b:erp"), bootstrap.SinksListenDefault("b2b:shop"); !strings.HasSuffix(a, ":0") || a != b {
 		t.Errorf("b2b sinks listen on %q and %q, want a free port each", a, b)
 	}
+	// A sink kind without a port of its own gets a free port too, never
+	// every interface.
+	if a := bootstrap.SinksListenDefault("newkind"); a != bootstrap.SinksB2BListenDefault {
+		t.Errorf("a kind without a port listens on %q, want %q", a, bootstrap.SinksB2BListenDefault)
+	}
 }

@@ -1,8 +1,6 @@
 package bootstrap
 
 import (
-	"strings"
-
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -22,22 +20,20 @@ const (
 	// `sinks --dest clickhouse`.
 	SinksPostgresListenDefault   = "127.0.0.1:9102"
 	SinksClickHouseListenDefault = "127.0.0.1:9103"
-	// SinksB2BListenDefault serves `sinks --dest b2b:<partner>`: a free
-	// port chosen at start (and logged), since a host may run the sinks of
-	// any number of partners; give each a --listen to scrape it at a
-	// fixed address.
+	// SinksB2BListenDefault serves `sinks --dest b2b:<partner>`, and the
+	// sinks of any other kind without a port above: a free port chosen at
+	// start (and logged), since a host may run the sinks of any number of
+	// partners; give each a --listen to scrape it at a fixed address.
 	SinksB2BListenDefault = "127.0.0.1:0"
 )
 
 // SinksListenDefault returns the default --listen of `sinks --dest dest`.
 func SinksListenDefault(dest string) string {
-	switch {
-	case dest == tenancy.DestPostgres:
+	switch dest {
+	case tenancy.DestPostgres:
 		return SinksPostgresListenDefault
-	case dest == tenancy.DestClickHouse:
+	case tenancy.DestClickHouse:
 		return SinksClickHouseListenDefault
-	case strings.HasPrefix(dest, tenancy.DestB2BPrefix):
-		return SinksB2BListenDefault
 	}
-	return ""
+	return SinksB2BListenDefault
 }

@@ -32,6 +32,10 @@ type trackedSink struct {
 	t *Tracker
 }
 
+// Unwrap lets the runner classify with the tracked sink's own rows
+// (sink.Wrapper).
+func (s *trackedSink) Unwrap() sink.Sink { return s.Sink }
+
 func (s *trackedSink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) {
 	errs, err := s.Sink.Apply(ctx, batch)
 	if err != nil {

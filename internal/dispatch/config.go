@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
@@ -17,7 +18,7 @@ import (
 const (
 	BatchSizeDefault       = 500
 	BatchSizeMax           = 10_000
-	ClickHouseBatchDefault = 5_000
+	ClickHouseBatchDefault = kind.ClickHouseBatchSize
 	ConcurrencyDefault     = 16
 	GrantBatchesDefault    = 4
 	PollIntervalDefault    = 30 * time.Second
@@ -54,13 +55,12 @@ type Config struct {
 	BatchSize int
 
 	// DestBatchSize is BatchSize for the destinations it names, on top of
-	// the default {"clickhouse": ClickHouseBatchDefault (5,000)}: every
-	// ClickHouse INSERT makes a part that the server merges again and
-	// again in the background: one tenant's 200,000-event load in items
-	// of 500 cost the ClickHouse server 6-8 times the CPU that items of
-	// 5,000 did, and reached it at a third of the rate (docs/dispatcher.md,
-	// "Batch size per destination"). Name "clickhouse" here to give it
-	// another size. Each at most BatchSizeMax.
+	// the default batch size of each destination's sink kind
+	// (kind.Kind.BatchSize; clickhouse: ClickHouseBatchDefault, 5,000,
+	// because every ClickHouse INSERT makes a part that the server merges
+	// again and again in the background: docs/dispatcher.md, "Batch size
+	// per destination"). Name "clickhouse" here to give it another size.
+	// Each at most BatchSizeMax.
 	DestBatchSize map[string]int
 
 	// Quantum is the credit, in events, a weight-1 tenant earns per
@@ -211,7 +211,12 @@ func (c *Config) WithDefaults() *Config {
 		out.Dests = append([]string(nil), c.Dests...)
 	}
 	out.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
-	out.DestBatchSize = map[string]int{tenancy.DestClickHouse: ClickHouseBatchDefault}
+	out.DestBatchSize = map[string]int{}
+	for _, k := range kind.All() {
+		if k.BatchSize > 0 && k.Instance == "" { // a kind with instances has no one destination to name
+			out.DestBatchSize[k.Name] = k.BatchSize
+		}
+	}
 	maps.Copy(out.DestBatchSize, c.DestBatchSize)
 	out.GrantBatches = cmp.Or(c.GrantBatches, GrantBatchesDefault)
 	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
@@ -278,12 +283,13 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// batchSize is the most events one work item of dest covers.
+// batchSize is the most events one work item of dest covers: as
+// DestBatchSize names it, else its kind's default, else BatchSize.
 func (c *Config) batchSize(dest string) int {
 	if n, ok := c.DestBatchSize[dest]; ok {
 		return n
 	}
-	return c.BatchSize
+	return cmp.Or(kind.BatchSize(dest), c.BatchSize)
 }
 
 // quantum is the credit a weight-1 tenant earns per round in dest.

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	chproto "github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -51,42 +50,74 @@ type Outcome struct {
 	// Rule names the row of the classification table that matched, e.g.
 	// "postgres 40P01 deadlock_detected". Logs and dead letters carry it.
 	Rule string
-	// RetryAfter is the delay the destination asked for (HTTP Retry-After);
-	// zero when it named none. The runtime waits at least this long.
+	// RetryAfter is the delay the destination asked for (Delayed: an HTTP
+	// Retry-After, an open circuit breaker); zero when it named none. The
+	// runtime waits at least this long.
 	RetryAfter time.Duration
 }
 
-// HTTPError is what an HTTP destination's error implements for Classify to
-// recognise it without an import: sinks/b2b's error type has these two
-// methods (HTTPStatus is the response status; RetryAfter the parsed
-// Retry-After header, 0 if absent). It may be returned as a batch error or
-// as a per-record error, wrapped or not.
+// Rule is one row of a classification table: errors Match reports get
+// Class, and Name in logs and dead letters.
+type Rule struct {
+	Name  string
+	Class Class
+	Match func(error) bool
+}
+
+// Classifier is implemented by a Sink whose errors need rows of their own:
+// its destination's error codes, its own sentinel errors. Classify checks
+// them after the rows for errors already judged (a PermanentError, an
+// invalid record or event) and before the generic rows, so that a sink
+// can name, or judge otherwise, an error the generic rows would take.
+type Classifier interface {
+	// ClassifyRules returns the sink's rows, first match first.
+	ClassifyRules() []Rule
+}
+
+// Wrapper is implemented by a Sink that wraps another (one that counts or
+// records what the wrapped sink applies): Classify looks through it for
+// the wrapped sink's Classifier.
+type Wrapper interface {
+	Unwrap() Sink
+}
+
+// HTTPError is what an HTTP destination's error implements for the generic
+// HTTP rows to recognise it without an import (sinks/b2b's *HTTPError).
+// It may be returned as a batch error or as a per-record error, wrapped or
+// not.
 type HTTPError interface {
 	error
+	// HTTPStatus is the response's status code.
 	HTTPStatus() int
+}
+
+// Delayed is implemented by an error that says how long the destination
+// asked to be left alone (a parsed HTTP Retry-After, an open breaker's
+// cool-down; 0: it did not say). Classify puts it in Outcome.RetryAfter
+// whatever row matched.
+type Delayed interface {
+	error
 	RetryAfter() time.Duration
 }
 
-// rule is one row of the classification table.
-type rule struct {
-	name  string
-	class Class
-	match func(error) bool
-}
-
-// table is the whole classification, first match wins. Anything it does
-// not match is Unknown ("unclassified"). Order matters where an error can
-// match two rows: a record already judged permanent by its sink stays
-// permanent whatever it wraps; an HTTP status beats the network error an
-// HTTP client may wrap with it; a PostgreSQL or ClickHouse code beats the
-// generic context and network rows.
-var table = []rule{
-	// Judged by the sink or by the event model.
+// judged are the first rows: a record judged permanent by its sink stays
+// permanent whatever it wraps.
+var judged = []Rule{
 	{"permanent record error", ClassPermanent, IsPermanent},
 	{"invalid record", ClassPermanent, is(ErrInvalidRecord)},
 	{"invalid event", ClassPermanent, is(events.ErrInvalidEvent)},
+}
 
-	// HTTP destinations (sinks/b2b), through HTTPError.
+// generic are the last rows, for errors any sink may return. Order matters
+// where an error can match two rows: an HTTP status beats the network
+// error an HTTP client may wrap with it; a PostgreSQL code beats the time
+// and network rows. PostgreSQL is generic because every sink may meet it:
+// it holds the postgres sink's catalog and the B2B sink's partners.
+var generic = []Rule{
+	// HTTP destinations, through HTTPError. 400, 413 and 422 are about the
+	// request's content: an HTTP sink bisects its batch on them to find
+	// the events refused (sinks/b2b), and one that does not dead-letters
+	// the batch.
 	{"http 408 request timeout", ClassTransient, httpStatus(408)},
 	{"http 425 too early", ClassTransient, httpStatus(425)},
 	{"http 429 too many requests", ClassTransient, httpStatus(429)},
@@ -96,6 +127,7 @@ var table = []rule{
 	{"http 403 forbidden", ClassPermanent, httpStatus(403)},
 	{"http 404 not found", ClassPermanent, httpStatus(404)},
 	{"http 410 gone", ClassPermanent, httpStatus(410)},
+	{"http 413 content too large", ClassPermanent, httpStatus(413)},
 	{"http 422 unprocessable entity", ClassPermanent, httpStatus(422)},
 	{"http other status", ClassUnknown, httpRange(0, 999)},
 
@@ -113,19 +145,6 @@ var table = []rule{
 	{"postgres class 23 integrity constraint violation", ClassPermanent, pgClass("23")},
 	{"postgres connect error", ClassTransient, as[*pgconn.ConnectError]},
 	{"postgres connection lost", ClassTransient, pgconn.SafeToRetry},
-
-	// ClickHouse server exceptions, by code.
-	{"clickhouse 159 TIMEOUT_EXCEEDED", ClassTransient, chCode(159)},
-	{"clickhouse 164 READONLY", ClassTransient, chCode(164)},
-	{"clickhouse 202 TOO_MANY_SIMULTANEOUS_QUERIES", ClassTransient, chCode(202)},
-	{"clickhouse 203 NO_FREE_CONNECTION", ClassTransient, chCode(203)},
-	{"clickhouse 209 SOCKET_TIMEOUT", ClassTransient, chCode(209)},
-	{"clickhouse 210 NETWORK_ERROR", ClassTransient, chCode(210)},
-	{"clickhouse 241 MEMORY_LIMIT_EXCEEDED", ClassTransient, chCode(241)},
-	{"clickhouse 242 TABLE_IS_READ_ONLY", ClassTransient, chCode(242)},
-	{"clickhouse 252 TOO_MANY_PARTS", ClassTransient, chCode(252)},
-	{"clickhouse 319 UNKNOWN_STATUS_OF_INSERT", ClassTransient, chCode(319)},
-	{"clickhouse 999 KEEPER_EXCEPTION", ClassTransient, chCode(999)},
 
 	// Time and the network, whoever reports them.
 	{"deadline exceeded", ClassTransient, func(err error) bool {
@@ -148,25 +167,60 @@ var table = []rule{
 	}},
 }
 
-// Classify classifies an error from Sink.Apply (a batch error or a
-// per-record error) with the table above. nil is not an error and
+// Classify classifies an error from s.Apply (a batch error or a per-record
+// error), first match wins: the judged rows, s's own (Classifier, looked
+// up through Wrappers; s may be nil), then the generic rows. An error no
+// row matches is Unknown ("unclassified"). nil is not an error and
 // classifies as Unknown with an empty rule; callers do not ask.
-func Classify(err error) Outcome {
+func Classify(s Sink, err error) Outcome {
 	if err == nil {
 		return Outcome{Class: ClassUnknown}
 	}
 	out := Outcome{Class: ClassUnknown, Rule: "unclassified"}
-	for _, r := range table {
-		if r.match(err) {
-			out = Outcome{Class: r.class, Rule: r.name}
-			break
-		}
+	if r, ok := match(err, judged, sinkRules(s), generic); ok {
+		out = Outcome{Class: r.Class, Rule: r.Name}
 	}
-	var he HTTPError
-	if errors.As(err, &he) && he.RetryAfter() > 0 {
-		out.RetryAfter = he.RetryAfter()
+	var d Delayed
+	if errors.As(err, &d) && d.RetryAfter() > 0 {
+		out.RetryAfter = d.RetryAfter()
 	}
 	return out
+}
+
+func match(err error, tables ...[]Rule) (Rule, bool) {
+	for _, t := range tables {
+		for _, r := range t {
+			if r.Match(err) {
+				return r, true
+			}
+		}
+	}
+	return Rule{}, false
+}
+
+// Rules returns the whole table Classify uses for s's errors, in order:
+// for documentation and for the tests that every row has a case.
+func Rules(s Sink) []Rule {
+	own := sinkRules(s)
+	out := make([]Rule, 0, len(judged)+len(own)+len(generic))
+	out = append(out, judged...)
+	out = append(out, own...)
+	return append(out, generic...)
+}
+
+// sinkRules returns the rows of s, or of the sink it wraps.
+func sinkRules(s Sink) []Rule {
+	for s != nil {
+		if c, ok := s.(Classifier); ok {
+			return c.ClassifyRules()
+		}
+		w, ok := s.(Wrapper)
+		if !ok {
+			return nil
+		}
+		s = w.Unwrap()
+	}
+	return nil
 }
 
 func is(target error) func(error) bool {
@@ -203,21 +257,4 @@ func pgClass(class string) func(error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && len(pe.Code) == 5 && pe.Code[:2] == class
 	}
-}
-
-func chCode(code int32) func(error) bool {
-	return func(err error) bool {
-		var ex *chproto.Exception
-		return errors.As(err, &ex) && ex.Code == code
-	}
-}
-
-// ClassifyRules returns the names of the table's rows in order, for
-// documentation and for the test that every row has a case.
-func ClassifyRules() []string {
-	out := make([]string, len(table))
-	for i, r := range table {
-		out[i] = r.name
-	}
-	return out
 }

@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
 
-// httpErr is what sinks/b2b's error looks like to the classifier.
+// httpErr is what sinks/b2b's *HTTPError looks like to the classifier.
 type httpErr struct {
 	status int
 	after  time.Duration
@@ -32,10 +31,6 @@ func pgErr(code string) error {
 	return fmt.Errorf("postgres sink: apply 3 records: %w", &pgconn.PgError{Code: code, Message: "m"})
 }
 
-func chErr(code int32) error {
-	return fmt.Errorf("clickhouse sink: insert: %w", &ch.Exception{Code: code, Message: "m"})
-}
-
 func opErr(errno syscall.Errno) error {
 	return &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: errno}}
 }
@@ -46,6 +41,8 @@ func (timeoutErr) Error() string   { return "i/o timeout" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
+// TestClassify checks every generic row with an example error: its class
+// and its name, so that a changed row fails here.
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	deadlineCtx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
@@ -78,7 +75,9 @@ func TestClassify(t *testing.T) {
 		{"http 410", &httpErr{status: 410}, sink.ClassPermanent, "http 410 gone", 0},
 		{"http 422", &httpErr{status: 422}, sink.ClassPermanent, "http 422 unprocessable entity", 0},
 		{"http 409", &httpErr{status: 409}, sink.ClassUnknown, "http other status", 0},
-		{"http 413", &httpErr{status: 413}, sink.ClassUnknown, "http other status", 0},
+		{"http 413", &httpErr{status: 413}, sink.ClassPermanent, "http 413 content too large", 0},
+		{"http 418", &httpErr{status: 418}, sink.ClassUnknown, "http other status", 0},
+		{"http 302", &httpErr{status: 302}, sink.ClassUnknown, "http other status", 0},
 		{"http status beats wrapped timeout", fmt.Errorf("%w: %w", &httpErr{status: 404}, context.DeadlineExceeded), sink.ClassPermanent, "http 404 not found", 0},
 
 		// PostgreSQL.
@@ -101,20 +100,6 @@ func TestClassify(t *testing.T) {
 		{"pg connect error", pgConnectError(t), sink.ClassTransient, "postgres connect error", 0},
 		{"pg safe to retry", safeToRetry{}, sink.ClassTransient, "postgres connection lost", 0},
 
-		// ClickHouse.
-		{"ch 159", chErr(159), sink.ClassTransient, "clickhouse 159 TIMEOUT_EXCEEDED", 0},
-		{"ch 164", chErr(164), sink.ClassTransient, "clickhouse 164 READONLY", 0},
-		{"ch 202", chErr(202), sink.ClassTransient, "clickhouse 202 TOO_MANY_SIMULTANEOUS_QUERIES", 0},
-		{"ch 203", chErr(203), sink.ClassTransient, "clickhouse 203 NO_FREE_CONNECTION", 0},
-		{"ch 209", chErr(209), sink.ClassTransient, "clickhouse 209 SOCKET_TIMEOUT", 0},
-		{"ch 210", chErr(210), sink.ClassTransient, "clickhouse 210 NETWORK_ERROR", 0},
-		{"ch 241", chErr(241), sink.ClassTransient, "clickhouse 241 MEMORY_LIMIT_EXCEEDED", 0},
-		{"ch 242", chErr(242), sink.ClassTransient, "clickhouse 242 TABLE_IS_READ_ONLY", 0},
-		{"ch 252 too many parts", chErr(252), sink.ClassTransient, "clickhouse 252 TOO_MANY_PARTS", 0},
-		{"ch 319", chErr(319), sink.ClassTransient, "clickhouse 319 UNKNOWN_STATUS_OF_INSERT", 0},
-		{"ch 999", chErr(999), sink.ClassTransient, "clickhouse 999 KEEPER_EXCEPTION", 0},
-		{"ch 60 unknown table", chErr(60), sink.ClassUnknown, "unclassified", 0},
-
 		// Time and network.
 		{"context deadline", fmt.Errorf("apply: %w", deadlineCtx.Err()), sink.ClassTransient, "deadline exceeded", 0},
 		{"os deadline", os.ErrDeadlineExceeded, sink.ClassTransient, "deadline exceeded", 0},
@@ -127,6 +112,7 @@ func TestClassify(t *testing.T) {
 		{"unexpected eof", io.ErrUnexpectedEOF, sink.ClassTransient, "connection closed", 0},
 		{"net closed", net.ErrClosed, sink.ClassTransient, "connection closed", 0},
 		{"dns error", &net.DNSError{Err: "no such host", Name: "x"}, sink.ClassTransient, "network error", 0},
+		{"retry-after on any row", &delayedErr{context.DeadlineExceeded, 3 * time.Second}, sink.ClassTransient, "deadline exceeded", 3 * time.Second},
 
 		// Everything else.
 		{"plain error", errors.New("mystery"), sink.ClassUnknown, "unclassified", 0},
@@ -134,7 +120,7 @@ func TestClassify(t *testing.T) {
 	seen := map[string]bool{}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := sink.Classify(c.err)
+			got := sink.Classify(nil, c.err)
 			if got.Class != c.class || got.Rule != c.rule || got.RetryAfter != c.after {
 				t.Errorf("Classify(%v) = {%s %q %v}, want {%s %q %v}", c.err, got.Class, got.Rule, got.RetryAfter, c.class, c.rule, c.after)
 			}
@@ -142,9 +128,86 @@ func TestClassify(t *testing.T) {
 		seen[c.rule] = true
 	}
 	// Every row of the table has a case above.
-	for _, name := range sink.ClassifyRules() {
-		if !seen[name] {
-			t.Errorf("classification rule %q has no test case", name)
+	for _, r := range sink.Rules(nil) {
+		if !seen[r.Name] {
+			t.Errorf("classification rule %q has no test case", r.Name)
+		}
+	}
+	if got := sink.Classify(nil, nil); got != (sink.Outcome{Class: sink.ClassUnknown}) {
+		t.Errorf("Classify(nil) = %+v", got)
+	}
+}
+
+type delayedErr struct {
+	error
+	after time.Duration
+}
+
+func (e *delayedErr) Unwrap() error             { return e.error }
+func (e *delayedErr) RetryAfter() time.Duration { return e.after }
+
+// errOwn is an error only ownSink knows.
+var errOwn = errors.New("own error")
+
+// ownSink is a sink with rows of its own (sink.Classifier).
+type ownSink struct{ sink.Sink }
+
+func (ownSink) ClassifyRules() []sink.Rule {
+	return []sink.Rule{
+		{Name: "own error", Class: sink.ClassTransient, Match: func(err error) bool { return errors.Is(err, errOwn) }},
+		// Takes an error the generic rows would call transient.
+		{Name: "own eof", Class: sink.ClassPermanent, Match: func(err error) bool { return errors.Is(err, io.EOF) }},
+	}
+}
+
+// wrapper wraps a sink (sink.Wrapper), as a tracker of applied events does.
+type wrapper struct{ inner sink.Sink }
+
+func (w wrapper) Name() string { return w.inner.Name() }
+func (w wrapper) Apply(ctx context.Context, b []sink.Record) ([]error, error) {
+	return w.inner.Apply(ctx, b)
+}
+func (w wrapper) Unwrap() sink.Sink { return w.inner }
+
+// bare neither has rows nor wraps.
+type bare struct{ sink.Sink }
+
+// A sink's rows come after the judged rows and before the generic ones,
+// through any number of wrappers.
+func TestClassifySinkRows(t *testing.T) {
+	t.Parallel()
+	for name, s := range map[string]sink.Sink{"sink": ownSink{}, "wrapped": wrapper{ownSink{}}, "wrapped twice": wrapper{wrapper{ownSink{}}}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range []struct {
+				err   error
+				class sink.Class
+				rule  string
+			}{
+				{fmt.Errorf("apply: %w", errOwn), sink.ClassTransient, "own error"},
+				{fmt.Errorf("read: %w", io.EOF), sink.ClassPermanent, "own eof"},
+				{sink.Permanent("refused", errOwn), sink.ClassPermanent, "permanent record error"},
+				{fmt.Errorf("x: %w: %w", sink.ErrInvalidRecord, io.EOF), sink.ClassPermanent, "invalid record"},
+				{pgErr("40P01"), sink.ClassTransient, "postgres 40P01 deadlock_detected"},
+				{errors.New("mystery"), sink.ClassUnknown, "unclassified"},
+			} {
+				if got := sink.Classify(s, c.err); got.Class != c.class || got.Rule != c.rule {
+					t.Errorf("Classify(%v) = %s by %q, want %s by %q", c.err, got.Class, got.Rule, c.class, c.rule)
+				}
+			}
+			rules := sink.Rules(s)
+			if len(rules) != len(sink.Rules(nil))+2 || rules[3].Name != "own error" || rules[4].Name != "own eof" {
+				t.Errorf("Rules: the sink's two rows are not after the three judged ones")
+			}
+		})
+	}
+	// Without the sink, its errors fall to the generic rows.
+	for _, s := range []sink.Sink{nil, bare{}, wrapper{bare{}}} {
+		if got := sink.Classify(s, errOwn); got.Rule != "unclassified" {
+			t.Errorf("%T: Classify(errOwn) = %+v, want unclassified", s, got)
+		}
+		if got := sink.Classify(s, io.EOF); got.Rule != "connection closed" {
+			t.Errorf("%T: Classify(EOF) = %+v, want connection closed", s, got)
 		}
 	}
 }

@@ -4,8 +4,12 @@
 // everything else returned as a batch error for the runtime to classify.
 //
 // It also holds the pieces every implementation shares: PermanentError, the
-// in-batch collapse to the newest version per key (Latest) and the bisection
-// that isolates the records a destination rejects (Isolate).
+// in-batch collapse to the newest version per key (Latest), the bisection
+// that isolates the records a destination rejects (Isolate), and the one
+// classification of failures (Classify: generic rows, plus the rows a sink
+// adds through Classifier).
 //
-// The conformance suite every implementation runs is in sinktest.
+// The conformance suite every implementation runs is in sinktest; the
+// registry of sink kinds is in kind. docs/sinks.md, "Writing a sink", puts
+// them together.
 package sink

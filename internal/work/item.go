@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
 
@@ -119,7 +120,7 @@ func (it Item) Validate() error {
 	if err := events.ValidateTenant(it.Tenant); err != nil {
 		errs = append(errs, err.Error())
 	}
-	if err := validDestToken(it.Dest); err != nil {
+	if err := kind.Check(it.Dest); err != nil { // a destination is one subject token
 		errs = append(errs, err.Error())
 	}
 	if it.FromSeq == 0 || it.ToSeq < it.FromSeq {
@@ -150,21 +151,6 @@ func (it Item) Validate() error {
 		return fmt.Errorf("%w: %s", ErrInvalidItem, strings.Join(errs, "; "))
 	}
 	return nil
-}
-
-// validDestToken accepts a destination that is safe as one subject token:
-// postgres, clickhouse or b2b:<partner> with a tenant-id-like partner.
-func validDestToken(d string) error {
-	switch {
-	case d == "postgres", d == "clickhouse":
-		return nil
-	case strings.HasPrefix(d, "b2b:"):
-		if err := events.ValidateTenant(strings.TrimPrefix(d, "b2b:")); err != nil {
-			return fmt.Errorf("destination %q: partner name: %v", d, err)
-		}
-		return nil
-	}
-	return fmt.Errorf("destination %q is not postgres, clickhouse or b2b:<partner>", d)
 }
 
 // Subject is work.<dest>.<tenant>.

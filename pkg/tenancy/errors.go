@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
 
@@ -11,8 +12,9 @@ var (
 	// ErrInvalidTenant: a tenant id breaks the rule of events.ValidateTenant.
 	// It is events.ErrInvalidTenant, so errors.Is matches either name.
 	ErrInvalidTenant = events.ErrInvalidTenant
-	// ErrInvalidDest: a destination is not postgres, clickhouse or b2b:<partner>.
-	ErrInvalidDest = errors.New("tenancy: invalid destination")
+	// ErrInvalidDest: a destination is not one of a registered sink kind
+	// (postgres, clickhouse or b2b:<partner>). It is kind.ErrInvalid.
+	ErrInvalidDest = kind.ErrInvalid
 	// ErrInvalidArgument: a limit, weight, sequence, lease id or token
 	// reference is out of range or malformed.
 	ErrInvalidArgument = errors.New("tenancy: invalid argument")

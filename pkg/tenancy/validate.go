@@ -2,30 +2,27 @@ package tenancy
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
 
-// Destinations other than b2b partners.
+// Destinations, named by the sink kinds' registry (internal/sink/kind).
 const (
-	DestPostgres   = "postgres"
-	DestClickHouse = "clickhouse"
+	DestPostgres   = kind.Postgres
+	DestClickHouse = kind.ClickHouse
 	// DestB2BPrefix starts a partner destination: "b2b:<partner>".
-	DestB2BPrefix = "b2b:"
+	DestB2BPrefix = kind.B2B + ":"
 )
 
-// ValidDest reports whether dest names a sink target: "postgres",
-// "clickhouse" or "b2b:<partner>" with partner following the tenant-id rule
-// (events.ValidateTenant).
+// ValidDest reports whether dest names a destination of a registered sink
+// kind (kind.Check): "postgres", "clickhouse" or "b2b:<partner>" with
+// partner following the tenant-id rule. The error wraps ErrInvalidDest.
 func ValidDest(dest string) error {
-	switch {
-	case dest == DestPostgres, dest == DestClickHouse:
-		return nil
-	case strings.HasPrefix(dest, DestB2BPrefix) && events.ValidateTenant(dest[len(DestB2BPrefix):]) == nil:
-		return nil
+	if err := kind.Check(dest); err != nil {
+		return fmt.Errorf("tenancy: %w", err)
 	}
-	return fmt.Errorf("%w: %q (want postgres, clickhouse or b2b:<partner>)", ErrInvalidDest, dest)
+	return nil
 }
 
 func validPair(tenant, dest string) error {

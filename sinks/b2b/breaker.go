@@ -34,8 +34,8 @@ func (s BreakerState) String() string {
 type outcome int
 
 const (
-	outcomeSuccess   outcome = iota // the partner answered (2xx or a 4xx about the request)
-	outcomeFailure                  // transient: 5xx, 408, 429, network, timeout
+	outcomeSuccess   outcome = iota // the partner answered: 2xx, or a permanent refusal (400, 401, 403, 404, 410, 413, 422)
+	outcomeFailure                  // anything else: 5xx, 408, 429, other statuses, network, timeout
 	outcomeAbandoned                // the caller gave up (context canceled): no verdict
 )
 
@@ -47,7 +47,7 @@ type breaker struct {
 
 	mu         sync.Mutex
 	state      BreakerState
-	failures   int       // consecutive transient failures while closed
+	failures   int       // consecutive failures while closed
 	openUntil  time.Time // while open
 	retryUntil time.Time // Retry-After in force until
 	probing    bool      // a half-open probe is in flight
@@ -110,7 +110,7 @@ type BreakerStatus struct {
 	// Endpoint is scheme://host[:port] of the partner URL.
 	Endpoint string
 	State    BreakerState
-	// ConsecutiveFailures counts transient failures since the last success.
+	// ConsecutiveFailures counts failures since the last success.
 	ConsecutiveFailures int
 	// OpenUntil is when an open breaker lets a probe through.
 	OpenUntil time.Time

@@ -1,137 +1,51 @@
 package b2b
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/sink"
 )
 
-// Class is what the sink runtime does with an error from Apply.
-type Class int
-
-const (
-	// ClassNone is Classify(nil): nothing to do.
-	ClassNone Class = iota
-	// ClassTransient: retry the batch with backoff (not before the wait of
-	// a *RetryAfterError or an HTTPError.RetryAfter).
-	ClassTransient
-	// ClassPermanent: dead-letter the batch (or the record) with the error
-	// as the reason; retrying fails the same way.
-	ClassPermanent
-)
-
-func (c Class) String() string {
-	switch c {
-	case ClassNone:
-		return "none"
-	case ClassTransient:
-		return "transient"
-	case ClassPermanent:
-		return "permanent"
-	}
-	return "Class(" + strconv.Itoa(int(c)) + ")"
-}
-
-// classRule is one row of the classification table.
-type classRule struct {
-	name  string
-	class Class
-	match func(error) bool
-}
-
-// classTable is THE classification of B2B errors, first match wins; an
-// error no row matches is transient. Every row is tested in
-// TestClassifyTable.
+// classifyRules are the B2B sink's rows of the classification
+// (sink.Classifier), ahead of the generic rows that judge the partner's
+// HTTP answers (an *HTTPError is a sink.HTTPError: 408, 425, 429 and 5xx
+// are transient; 400, 401, 403, 404, 410, 413 and 422 permanent; other
+// statuses unknown), timeouts and connection errors.
 //
-// 400 and 422 for a batch of several events never reach the runtime: Apply
-// bisects the batch and reports only the rejected events, as
-// *sink.PermanentError. 401, 403, 404 and 410 concern the partner, not an
-// event (wrong secret, endpoint gone): the whole batch is dead-lettered
-// rather than retried forever, and an operator replays it after fixing the
-// partner.
-var classTable = []classRule{
-	{"record rejected (sink.PermanentError)", ClassPermanent, func(err error) bool { return sink.IsPermanent(err) }},
-	{"HTTP 400 Bad Request", ClassPermanent, status(http.StatusBadRequest)},
-	{"HTTP 401 Unauthorized", ClassPermanent, status(http.StatusUnauthorized)},
-	{"HTTP 403 Forbidden", ClassPermanent, status(http.StatusForbidden)},
-	{"HTTP 404 Not Found", ClassPermanent, status(http.StatusNotFound)},
-	{"HTTP 410 Gone", ClassPermanent, status(http.StatusGone)},
-	{"HTTP 413 Content Too Large", ClassPermanent, status(http.StatusRequestEntityTooLarge)},
-	{"HTTP 422 Unprocessable Entity", ClassPermanent, status(http.StatusUnprocessableEntity)},
-	{"HTTP 408 Request Timeout", ClassTransient, status(http.StatusRequestTimeout)},
-	{"HTTP 425 Too Early", ClassTransient, status(http.StatusTooEarly)},
-	{"HTTP 429 Too Many Requests", ClassTransient, status(http.StatusTooManyRequests)},
-	{"HTTP 5xx", ClassTransient, func(err error) bool {
-		var he *HTTPError
-		return errors.As(err, &he) && he.Status >= 500 && he.Status <= 599
-	}},
-	{"circuit breaker open", ClassTransient, is(ErrCircuitOpen)},
-	{"partner Retry-After in force", ClassTransient, is(ErrRetryAfter)},
-	{"partner disabled", ClassTransient, is(ErrPartnerDisabled)},
-	{"partner not registered", ClassPermanent, is(ErrUnknownPartner)},
-	{"secret cannot be decrypted", ClassTransient, is(ErrSecretKey)},
-	{"timeout", ClassTransient, func(err error) bool {
-		var ne net.Error
-		return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
-	}},
-	{"canceled", ClassTransient, is(context.Canceled)},
-	{"connection refused", ClassTransient, is(syscall.ECONNREFUSED)},
-	{"connection reset or closed", ClassTransient, func(err error) bool {
-		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-			errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-	}},
-	{"TLS certificate not trusted", ClassTransient, func(err error) bool {
+// Some decisions are made in Apply, before any row: 400, 413 and 422 for
+// a request of several events are bisected down to the events the
+// partner refuses, each a *sink.PermanentError; so is every record of a
+// tenant that has no such partner (ErrUnknownPartner), and an event too
+// large on its own (ErrEventTooLarge).
+var classifyRules = []sink.Rule{
+	// Apply refused to call the partner, for a while: wait for it.
+	{Name: "b2b circuit open", Class: sink.ClassTransient, Match: is(ErrCircuitOpen)},
+	{Name: "b2b partner retry-after in force", Class: sink.ClassTransient, Match: is(ErrRetryAfter)},
+	{Name: "b2b partner disabled", Class: sink.ClassTransient, Match: is(ErrPartnerDisabled)},
+	// An operator's fix (FAIRWAY_SECRET_KEY, a CA) lets the same events
+	// through: retried until the backoff gives up.
+	{Name: "b2b partner secret cannot be decrypted", Class: sink.ClassTransient, Match: is(ErrSecretKey)},
+	{Name: "tls certificate not trusted", Class: sink.ClassTransient, Match: func(err error) bool {
 		var ua x509.UnknownAuthorityError
 		var ci x509.CertificateInvalidError
 		var hn x509.HostnameError
 		var cv *tls.CertificateVerificationError
 		return errors.As(err, &ua) || errors.As(err, &ci) || errors.As(err, &hn) || errors.As(err, &cv)
 	}},
-	{"other HTTP status (1xx, 3xx, other 4xx)", ClassTransient, func(err error) bool {
-		var he *HTTPError
-		return errors.As(err, &he)
-	}},
 }
 
-func status(code int) func(error) bool {
-	return func(err error) bool {
-		var he *HTTPError
-		return errors.As(err, &he) && he.Status == code
-	}
-}
+// ClassifyRules implements sink.Classifier.
+func (*Sink) ClassifyRules() []sink.Rule { return classifyRules }
+
+var _ sink.Classifier = (*Sink)(nil)
 
 func is(target error) func(error) bool {
 	return func(err error) bool { return errors.Is(err, target) }
-}
-
-// Classify tells the sink runtime what to do with an error from Apply (a
-// batch error) or a record error: retry or dead-letter. It follows
-// classTable; an error it does not know is transient.
-func Classify(err error) Class {
-	c, _ := explain(err)
-	return c
-}
-
-// explain is Classify plus the name of the matching row.
-func explain(err error) (Class, string) {
-	if err == nil {
-		return ClassNone, ""
-	}
-	for _, r := range classTable {
-		if r.match(err) {
-			return r.class, r.name
-		}
-	}
-	return ClassTransient, "unknown"
 }
 
 // MaxRetryAfterDefault caps a partner's Retry-After (Config.MaxRetryAfter).

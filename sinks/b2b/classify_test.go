@@ -2,6 +2,7 @@ package b2b
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -20,74 +21,81 @@ func opErr(errno syscall.Errno) error {
 	return &url.Error{Op: "Post", URL: "https://partner.example/hook", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", errno)}}
 }
 
-// TestClassifyTable checks every row of classTable with an example error,
-// and that no row goes untested.
-func TestClassifyTable(t *testing.T) {
+// TestClassifyRules checks every row of the sink's classification with an
+// example error, bare and wrapped as Apply wraps it, and that no row goes
+// untested.
+func TestClassifyRules(t *testing.T) {
 	t.Parallel()
+	var s *Sink // the rows do not need a sink
 	wrap := func(err error) error { return fmt.Errorf("b2b p1: tenant acme: POST https://x/hook: %w", err) }
 	examples := map[string]struct {
-		err  error
-		want Class
+		err   error
+		class sink.Class
+		after time.Duration
 	}{
-		"record rejected (sink.PermanentError)":   {sink.Permanent("partner rejected the event", newHTTPError(503, 0, nil)), ClassPermanent},
-		"HTTP 400 Bad Request":                    {newHTTPError(400, 0, nil), ClassPermanent},
-		"HTTP 401 Unauthorized":                   {newHTTPError(401, 0, nil), ClassPermanent},
-		"HTTP 403 Forbidden":                      {newHTTPError(403, 0, nil), ClassPermanent},
-		"HTTP 404 Not Found":                      {newHTTPError(404, 0, nil), ClassPermanent},
-		"HTTP 410 Gone":                           {newHTTPError(410, 0, nil), ClassPermanent},
-		"HTTP 413 Content Too Large":              {newHTTPError(413, 0, nil), ClassPermanent},
-		"HTTP 422 Unprocessable Entity":           {newHTTPError(422, 0, nil), ClassPermanent},
-		"HTTP 408 Request Timeout":                {newHTTPError(408, 0, nil), ClassTransient},
-		"HTTP 425 Too Early":                      {newHTTPError(425, 0, nil), ClassTransient},
-		"HTTP 429 Too Many Requests":              {newHTTPError(429, 30*time.Second, nil), ClassTransient},
-		"HTTP 5xx":                                {newHTTPError(502, 0, nil), ClassTransient},
-		"circuit breaker open":                    {&RetryAfterError{Wait: time.Second, Err: ErrCircuitOpen}, ClassTransient},
-		"partner Retry-After in force":            {&RetryAfterError{Wait: time.Second, Err: ErrRetryAfter}, ClassTransient},
-		"partner disabled":                        {&RetryAfterError{Wait: time.Second, Err: ErrPartnerDisabled}, ClassTransient},
-		"partner not registered":                  {ErrUnknownPartner, ClassPermanent},
-		"secret cannot be decrypted":              {ErrSecretKey, ClassTransient},
-		"timeout":                                 {context.DeadlineExceeded, ClassTransient},
-		"canceled":                                {context.Canceled, ClassTransient},
-		"connection refused":                      {opErr(syscall.ECONNREFUSED), ClassTransient},
-		"connection reset or closed":              {opErr(syscall.ECONNRESET), ClassTransient},
-		"TLS certificate not trusted":             {x509.UnknownAuthorityError{}, ClassTransient},
-		"other HTTP status (1xx, 3xx, other 4xx)": {newHTTPError(409, 0, nil), ClassTransient},
+		"b2b circuit open":                       {&RetryAfterError{Wait: time.Second, Err: ErrCircuitOpen}, sink.ClassTransient, time.Second},
+		"b2b partner retry-after in force":       {&RetryAfterError{Wait: 2 * time.Second, Err: ErrRetryAfter}, sink.ClassTransient, 2 * time.Second},
+		"b2b partner disabled":                   {&RetryAfterError{Wait: 5 * time.Second, Err: ErrPartnerDisabled}, sink.ClassTransient, 5 * time.Second},
+		"b2b partner secret cannot be decrypted": {fmt.Errorf("%w: acme/p1: set FAIRWAY_SECRET_KEY", ErrSecretKey), sink.ClassTransient, 0},
+		"tls certificate not trusted":            {&url.Error{Op: "Post", URL: "https://x", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}, sink.ClassTransient, 0},
 	}
-	seen := map[string]bool{}
-	for _, r := range classTable {
-		seen[r.name] = true
-		t.Run(r.name, func(t *testing.T) {
-			ex, ok := examples[r.name]
+	for _, r := range s.ClassifyRules() {
+		t.Run(r.Name, func(t *testing.T) {
+			ex, ok := examples[r.Name]
 			if !ok {
-				t.Fatalf("row %q has no example", r.name)
+				t.Fatalf("row %q has no example", r.Name)
 			}
 			for _, err := range []error{ex.err, wrap(ex.err)} {
-				c, row := explain(err)
-				if c != ex.want || row != r.name {
-					t.Errorf("explain(%v) = %v by %q, want %v by %q", err, c, row, ex.want, r.name)
-				}
-				if r.class != ex.want {
-					t.Errorf("row %q is %v, example wants %v", r.name, r.class, ex.want)
+				got := sink.Classify(s, err)
+				if got.Class != ex.class || got.Rule != r.Name || got.RetryAfter != ex.after {
+					t.Errorf("Classify(%v) = %+v, want %s by %q after %s", err, got, ex.class, r.Name, ex.after)
 				}
 			}
 		})
+		delete(examples, r.Name)
 	}
 	for name := range examples {
-		if !seen[name] {
-			t.Errorf("example %q has no row", name)
+		t.Errorf("example %q has no row", name)
+	}
+}
+
+// TestClassifyAnswers: what the runtime makes of the sink's errors that
+// the generic rows judge, and of the record errors Apply decides.
+func TestClassifyAnswers(t *testing.T) {
+	t.Parallel()
+	var s *Sink
+	wrap := func(err error) error { return fmt.Errorf("b2b p1: tenant acme: POST https://x/hook: %w", err) }
+	for _, c := range []struct {
+		err   error
+		class sink.Class
+		rule  string
+		after time.Duration
+	}{
+		{wrap(newHTTPError(400, 0, nil)), sink.ClassPermanent, "http 400 bad request", 0},
+		{wrap(newHTTPError(401, 0, nil)), sink.ClassPermanent, "http 401 unauthorized", 0},
+		{wrap(newHTTPError(403, 0, nil)), sink.ClassPermanent, "http 403 forbidden", 0},
+		{wrap(newHTTPError(404, 0, nil)), sink.ClassPermanent, "http 404 not found", 0},
+		{wrap(newHTTPError(410, 0, nil)), sink.ClassPermanent, "http 410 gone", 0},
+		{wrap(newHTTPError(413, 0, nil)), sink.ClassPermanent, "http 413 content too large", 0},
+		{wrap(newHTTPError(422, 0, nil)), sink.ClassPermanent, "http 422 unprocessable entity", 0},
+		{wrap(newHTTPError(408, 0, nil)), sink.ClassTransient, "http 408 request timeout", 0},
+		{wrap(newHTTPError(425, 0, nil)), sink.ClassTransient, "http 425 too early", 0},
+		{wrap(newHTTPError(429, 30*time.Second, nil)), sink.ClassTransient, "http 429 too many requests", 30 * time.Second},
+		{wrap(newHTTPError(503, time.Minute, nil)), sink.ClassTransient, "http 5xx server error", time.Minute},
+		{wrap(newHTTPError(409, 0, nil)), sink.ClassUnknown, "http other status", 0},
+		{wrap(newHTTPError(302, 0, nil)), sink.ClassUnknown, "http other status", 0},
+		{wrap(context.DeadlineExceeded), sink.ClassTransient, "deadline exceeded", 0},
+		{wrap(opErr(syscall.ECONNREFUSED)), sink.ClassTransient, "connection refused", 0},
+		{wrap(opErr(syscall.ECONNRESET)), sink.ClassTransient, "connection reset", 0},
+		{wrap(io.ErrUnexpectedEOF), sink.ClassTransient, "connection closed", 0},
+		{sink.Permanent("tenant acme has no partner p1", wrap(ErrUnknownPartner)), sink.ClassPermanent, "permanent record error", 0},
+		{sink.Permanent("partner rejected the event", newHTTPError(413, 0, nil)), sink.ClassPermanent, "permanent record error", 0},
+		{sink.Permanent("event too large", ErrEventTooLarge), sink.ClassPermanent, "permanent record error", 0},
+		{errors.New("something odd"), sink.ClassUnknown, "unclassified", 0},
+	} {
+		if got := sink.Classify(s, c.err); got.Class != c.class || got.Rule != c.rule || got.RetryAfter != c.after {
+			t.Errorf("Classify(%v) = %+v, want %s by %q after %s", c.err, got, c.class, c.rule, c.after)
 		}
-	}
-	// Not in the table: transient.
-	for _, err := range []error{errors.New("something odd"), io.ErrClosedPipe} {
-		if c, row := explain(err); c != ClassTransient || row != "unknown" {
-			t.Errorf("explain(%v) = %v by %q, want transient by unknown", err, c, row)
-		}
-	}
-	if Classify(nil) != ClassNone {
-		t.Errorf("Classify(nil) = %v", Classify(nil))
-	}
-	if ClassTransient.String() != "transient" || ClassPermanent.String() != "permanent" {
-		t.Error("Class.String")
 	}
 }
 

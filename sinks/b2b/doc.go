@@ -51,12 +51,15 @@
 //
 // Any 2xx is success; its body is not read beyond Config.MaxResponseBytes
 // (64 KiB) and not interpreted. Every other answer is an *HTTPError holding
-// at most MaxErrorBody bytes of the body. Classify holds the one
-// classification table (classTable): 408, 425, 429, 5xx, timeouts, refused
-// and reset connections and untrusted certificates are transient; 400, 401,
-// 403, 404, 410, 413 and 422 are permanent; anything else is transient.
-// HTTPError and RetryAfterError also implement internal/sink.HTTPError, so
-// the runtime's own classifier agrees.
+// at most MaxErrorBody bytes of the body. The runtime classifies the
+// sink's errors with internal/sink.Classify: HTTPError is a sink.HTTPError,
+// so the generic rows judge its status (408, 425, 429, 5xx transient; 400,
+// 401, 403, 404, 410, 413, 422 permanent; any other unknown, retried up to
+// the runtime's attempt limit), and the sink adds its own rows
+// (Sink.ClassifyRules, classify.go): an open breaker, a Retry-After in
+// force, a disabled partner, a secret that cannot be decrypted and an
+// untrusted certificate are transient. HTTPError and RetryAfterError carry
+// the wait (sink.Delayed).
 //
 // 400, 413 and 422 are about the events: the sink bisects the request
 // (sink.ApplyLatest) until the refused events are isolated, reports them as
@@ -82,10 +85,11 @@
 //
 // Each endpoint (scheme://host:port of a partner URL) has a circuit
 // breaker in the Sink: after Config.FailureThreshold (5) consecutive
-// transient failures it opens for Config.CoolDown (30s); then one probe
+// failures it opens for Config.CoolDown (30s); then one probe
 // goes through (half-open) and its success closes the breaker, its failure
-// opens it again. A 4xx answer proves the endpoint is up and resets the
-// count. A Retry-After (seconds or HTTP-date, on a transient answer) blocks
+// opens it again. A permanent answer (400, 401, 403, 404, 410, 413, 422)
+// proves the endpoint is up and resets the count; any other failure
+// counts. A Retry-After (seconds or HTTP-date, on a transient answer) blocks
 // the endpoint until it passes. While blocked, Apply returns at once,
 // without a request, a *RetryAfterError (ErrCircuitOpen or ErrRetryAfter)
 // whose Wait tells the runtime when to come back. The breaker is keyed by

@@ -68,7 +68,7 @@ type HTTPError struct {
 	// Wait is the partner's Retry-After (seconds or HTTP-date) as a
 	// duration from when the answer arrived, capped by
 	// Config.MaxRetryAfter; 0 when absent or unparsable. (The method
-	// RetryAfter returns it, for internal/sink.Classify.)
+	// RetryAfter returns it, for internal/sink.Delayed.)
 	Wait time.Duration
 	// Body is the start of the response body, at most MaxErrorBody bytes,
 	// made valid UTF-8.
@@ -95,7 +95,7 @@ func (e *HTTPError) Error() string {
 // HTTPStatus returns Status (internal/sink.HTTPError).
 func (e *HTTPError) HTTPStatus() int { return e.Status }
 
-// RetryAfter returns Wait (internal/sink.HTTPError).
+// RetryAfter returns Wait (internal/sink.Delayed).
 func (e *HTTPError) RetryAfter() time.Duration { return e.Wait }
 
 // newHTTPError keeps at most MaxErrorBody bytes of body.
@@ -139,15 +139,6 @@ func (e *RetryAfterError) Is(target error) bool {
 	return target == sink.ErrCircuitOpen && errors.Is(e.Err, ErrCircuitOpen)
 }
 
-// HTTPStatus makes a RetryAfterError look, to internal/sink.Classify, like
-// the answer that caused it: 429 while a Retry-After is in force, 503 while
-// the circuit is open. Both classify as transient, with RetryAfter.
-func (e *RetryAfterError) HTTPStatus() int {
-	if errors.Is(e.Err, ErrRetryAfter) {
-		return http.StatusTooManyRequests
-	}
-	return http.StatusServiceUnavailable
-}
-
-// RetryAfter returns Wait (internal/sink.HTTPError).
+// RetryAfter returns Wait (internal/sink.Delayed): the runtime retries no
+// sooner.
 func (e *RetryAfterError) RetryAfter() time.Duration { return e.Wait }

@@ -57,7 +57,7 @@ func rotate(t *testing.T, e *env, signing b2b.Signing) rotation {
 	// The receiver still verifies with the old secret, which no longer
 	// signs: it refuses the request.
 	e.clock.Advance(time.Minute)
-	if err := batchErr(t, s, next("p3")); b2b.Classify(err) != b2b.ClassPermanent {
+	if err := batchErr(t, s, next("p3")); sink.Classify(s, err).Class != sink.ClassPermanent {
 		t.Fatalf("after the overlap: %v, want a permanent 401 from a receiver on the old secret", err)
 	}
 

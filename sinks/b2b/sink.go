@@ -46,8 +46,9 @@ type Config struct {
 	// UserAgent is sent with every request. Default "fairway/<module
 	// version>" ("fairway/dev" in a development build).
 	UserAgent string
-	// FailureThreshold is how many consecutive transient failures open an
-	// endpoint's circuit breaker. Default 5.
+	// FailureThreshold is how many consecutive failures (no answer, or an
+	// answer other than a permanent refusal) open an endpoint's circuit
+	// breaker. Default 5.
 	FailureThreshold int
 	// CoolDown is how long an open breaker refuses calls before it lets
 	// one probe through. Default 30s.
@@ -392,7 +393,7 @@ func (s *Sink) post(ctx context.Context, p *Partner, body []byte, key string, n 
 	case err == nil:
 	case ctx.Err() != nil:
 		o = outcomeAbandoned
-	case errors.As(err, &he) && Classify(he) != ClassTransient:
+	case errors.As(err, &he) && sink.Classify(s, he).Class == sink.ClassPermanent:
 		// The partner is up; the request was refused.
 	default:
 		o = outcomeFailure

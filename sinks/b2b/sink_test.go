@@ -80,6 +80,7 @@ func TestStatusCodes(t *testing.T) {
 		transient = "transient batch error"
 		permBatch = "permanent batch error"
 		permRec   = "permanent record error"
+		unknown   = "unknown batch error"
 	)
 	for _, tc := range []struct {
 		status int
@@ -90,8 +91,8 @@ func TestStatusCodes(t *testing.T) {
 		{401, permBatch}, {403, permBatch}, {404, permBatch}, {410, permBatch},
 		{408, transient}, {425, transient}, {429, transient},
 		{500, transient}, {502, transient}, {503, transient}, {504, transient}, {599, transient},
-		// Not in the table: unknown is transient.
-		{301, transient}, {307, transient}, {409, transient}, {418, transient},
+		// Any other status: unknown, retried up to the runtime's attempts.
+		{301, unknown}, {307, unknown}, {409, unknown}, {418, unknown},
 	} {
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			t.Parallel()
@@ -119,15 +120,9 @@ func TestStatusCodes(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Apply = %v, nil; want a batch error", errs)
 				}
-				want := b2b.ClassTransient
-				if tc.want == permBatch {
-					want = b2b.ClassPermanent
-				}
-				if got := b2b.Classify(err); got != want {
-					t.Fatalf("Classify(%v) = %v, want %v", err, got, want)
-				}
-				if got := sink.Classify(err).Class; (want == b2b.ClassPermanent) != (got == sink.ClassPermanent) {
-					t.Errorf("sink.Classify(%v) = %v, disagrees with b2b.Classify %v", err, got, want)
+				want := map[string]sink.Class{transient: sink.ClassTransient, permBatch: sink.ClassPermanent, unknown: sink.ClassUnknown}[tc.want]
+				if got := sink.Classify(s, err); got.Class != want {
+					t.Fatalf("Classify(%v) = %s by %q, want %s", err, got.Class, got.Rule, want)
 				}
 			}
 			if !errors.As(err, &he) || he.Status != tc.status || he.Body != `{"error":"told so"}` {
@@ -207,11 +202,8 @@ func TestNetworkFailures(t *testing.T) {
 			p := e.partner(t, b2b.Partner{Tenant: "acme", Name: e.partnerName(), URL: tc.url(t, rcv), Timeout: tc.timeout})
 			s := e.sink(t, p.Name, b2b.Config{})
 			err := batchErr(t, s, one("p1", 1))
-			if got := b2b.Classify(err); got != b2b.ClassTransient {
-				t.Errorf("Classify(%v) = %v, want transient", err, got)
-			}
-			if got := sink.Classify(err).Class; got != sink.ClassTransient {
-				t.Errorf("sink.Classify(%v) = %v, want transient", err, got)
+			if got := sink.Classify(s, err); got.Class != sink.ClassTransient {
+				t.Errorf("Classify(%v) = %s by %q, want transient", err, got.Class, got.Rule)
 			}
 			if !tc.check(err) {
 				t.Errorf("error %v (%T) is not the expected kind", err, errors.Unwrap(err))
@@ -289,7 +281,7 @@ func TestRetryAfter(t *testing.T) {
 			if !errors.As(err, &he) || he.Wait != tc.want || he.RetryAfter() != tc.want {
 				t.Fatalf("error %v: want an HTTPError with Wait %s", err, tc.want)
 			}
-			if got := sink.Classify(err); got.Class != sink.ClassTransient || got.RetryAfter != tc.want {
+			if got := sink.Classify(s, err); got.Class != sink.ClassTransient || got.RetryAfter != tc.want {
 				t.Errorf("sink.Classify = %+v, want transient after %s", got, tc.want)
 			}
 			// No call while the Retry-After is in force, however often the
@@ -301,7 +293,7 @@ func TestRetryAfter(t *testing.T) {
 				if !errors.As(err, &ra) || !errors.Is(err, b2b.ErrRetryAfter) || ra.Wait != time.Second {
 					t.Fatalf("Apply during Retry-After = %v, want a RetryAfterError waiting 1s", err)
 				}
-				if b2b.Classify(err) != b2b.ClassTransient || sink.Classify(err).Class != sink.ClassTransient {
+				if got := sink.Classify(s, err); got.Class != sink.ClassTransient || got.Rule != "b2b partner retry-after in force" || got.RetryAfter != time.Second {
 					t.Fatalf("Apply during Retry-After = %v, not transient", err)
 				}
 			}
@@ -392,6 +384,15 @@ func TestCircuitBreaker(t *testing.T) {
 		if err := batchErr(t, s, one("p1", 1)); errors.Is(err, b2b.ErrCircuitOpen) {
 			t.Fatalf("4xx answers opened the circuit: %v", err)
 		}
+	}
+	// Any other failing answer (409, a redirect: unknown to the
+	// classification) counts, as a 5xx does.
+	rcv.FailAlways(b2btest.Failure{Status: 409})
+	for range threshold {
+		batchErr(t, s, one("p1", 1))
+	}
+	if st := s.State(); st != b2b.BreakerOpen {
+		t.Fatalf("state after %d answers 409: %v, want open", threshold, st)
 	}
 }
 
@@ -513,8 +514,9 @@ func TestRequestHeadersAndIdempotency(t *testing.T) {
 	// A partner with another secret refuses the signature: permanent.
 	other := b2btest.New(t, b2btest.Options{Secret: []byte("another-secret-of-the-partner"), Clock: e.clock.Now})
 	p := e.partner(t, b2b.Partner{Tenant: "acme", Name: e.partnerName(), URL: other.URL()})
-	err := batchErr(t, e.sink(t, p.Name, b2b.Config{}), one("p1", 1))
-	if b2b.Classify(err) != b2b.ClassPermanent || other.BadSignatures() != 1 {
+	ws := e.sink(t, p.Name, b2b.Config{})
+	err := batchErr(t, ws, one("p1", 1))
+	if sink.Classify(ws, err).Class != sink.ClassPermanent || other.BadSignatures() != 1 {
 		t.Fatalf("wrong secret: %v (bad signatures %d), want permanent 401", err, other.BadSignatures())
 	}
 }
@@ -585,7 +587,7 @@ func TestPartnerDisabledAndUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := batchErr(t, s, one("p1", 1))
-	if !errors.Is(err, b2b.ErrPartnerDisabled) || b2b.Classify(err) != b2b.ClassTransient || sink.Classify(err).Class != sink.ClassTransient {
+	if got := sink.Classify(s, err); !errors.Is(err, b2b.ErrPartnerDisabled) || got.Class != sink.ClassTransient || got.Rule != "b2b partner disabled" {
 		t.Fatalf("disabled: %v, want transient ErrPartnerDisabled", err)
 	}
 	if err := e.reg.SetEnabled(ctx(t), "acme", name, true); err != nil {
@@ -601,7 +603,7 @@ func TestPartnerDisabledAndUnknown(t *testing.T) {
 	// reason, other tenants' records go through.
 	e.tenants(t, "stranger")
 	errs, err := s.Apply(ctx(t), sinktest.Records(sinktest.Upsert("stranger", "x", 1), sinktest.Upsert("acme", "p2", 1)))
-	if err != nil || !errors.Is(errs[0], b2b.ErrUnknownPartner) || !sink.IsPermanent(errs[0]) || errs[1] != nil {
+	if err != nil || !errors.Is(errs[0], b2b.ErrUnknownPartner) || sink.Classify(s, errs[0]).Class != sink.ClassPermanent || errs[1] != nil {
 		t.Fatalf("Apply = %v, %v; want [permanent unknown partner, nil]", errs, err)
 	}
 }
@@ -619,9 +621,10 @@ func TestTLS(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := e.partner(t, b2b.Partner{Tenant: "acme", Name: e.partnerName(), URL: srv.URL})
 	// Certificates are verified: the test server's is not trusted...
-	err := batchErr(t, e.sink(t, p.Name, b2b.Config{}), one("p1", 1))
-	if !strings.Contains(err.Error(), "certificate") || b2b.Classify(err) != b2b.ClassTransient {
-		t.Fatalf("untrusted certificate: %v, want a transient certificate error", err)
+	untrusting := e.sink(t, p.Name, b2b.Config{})
+	err := batchErr(t, untrusting, one("p1", 1))
+	if got := sink.Classify(untrusting, err); !strings.Contains(err.Error(), "certificate") || got.Class != sink.ClassTransient || got.Rule != "tls certificate not trusted" {
+		t.Fatalf("untrusted certificate: %v (%s by %q), want a transient certificate error", err, got.Class, got.Rule)
 	}
 	// ...unless its CA is given.
 	roots := x509.NewCertPool()

@@ -17,8 +17,9 @@
 // payload must be a JSON object within Config.MaxPayloadBytes; occurred_at
 // must fit DateTime) and reports the records it refuses as
 // *sink.PermanentError; the rest of the batch is inserted, one INSERT per
-// table. Any error from ClickHouse is a batch error; IsTransient classifies
-// it.
+// table. Any error from ClickHouse is a batch error; the sink's rows of the
+// classification (ClassifyRules: the server exceptions worth retrying) and
+// the generic ones (sink.Classify) judge it.
 //
 // # Group commit
 //
@@ -44,7 +45,7 @@
 // part again and again, so fewer, bigger inserts save it most of its CPU.
 //
 // A failed round is not blindly everyone's failure. A transient error
-// (IsTransient: network, too many parts, …) or a round of one is returned
+// (sink.Classify: network, too many parts, …) or a round of one is returned
 // as it is, and the runtime retries with backoff. Otherwise each member
 // inserts its own rows alone once more and returns that result, so rows
 // ClickHouse rejects fail only their own work item.

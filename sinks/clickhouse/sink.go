@@ -269,7 +269,7 @@ func (s *Sink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) 
 		return errs, nil
 	case members == 0: // never inserted: ctx ended while queued, or closed
 		return nil, err
-	case members == 1 || ctx.Err() != nil || IsTransient(err):
+	case members == 1 || ctx.Err() != nil || sink.Classify(s, err).Class == sink.ClassTransient:
 		// Alone already, given up, or the server's trouble rather than
 		// the data's: the runtime retries the item with backoff.
 		return nil, fmt.Errorf("clickhouse sink: %w", err)

@@ -165,8 +165,8 @@ func TestBatchError(t *testing.T) {
 	if !errors.As(err, &ex) || ex.Code != 60 { // UNKNOWN_TABLE
 		t.Fatalf("Apply = %v, %v; want a batch error wrapping exception 60", errs, err)
 	}
-	if errs != nil || sink.IsPermanent(err) || clickhouse.IsTransient(err) {
-		t.Fatalf("Apply = %v, %v (transient %v); want no record errors, not permanent, not transient", errs, err, clickhouse.IsTransient(err))
+	if got := sink.Classify(s, err); errs != nil || got.Class != sink.ClassUnknown {
+		t.Fatalf("Apply = %v, %v (%s by %q); want no record errors, unclassified", errs, err, got.Class, got.Rule)
 	}
 }
 
@@ -180,35 +180,65 @@ func TestUnreachableIsTransient(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	_, err = clickhouse.New(t.Context(), &clickhouse.Config{Addr: addr, DialTimeout: time.Second})
-	if err == nil || !clickhouse.IsTransient(err) {
-		t.Fatalf("New on a closed port = %v, want a transient error", err)
+	if got := sink.Classify((*clickhouse.Sink)(nil), err); err == nil || got.Class != sink.ClassTransient {
+		t.Fatalf("New on a closed port = %v (%s by %q), want a transient error", err, got.Class, got.Rule)
 	}
 }
 
-func TestIsTransient(t *testing.T) {
+// TestClassifyRules checks every row of the sink's classification with an
+// example error, and what the generic rows make of the sink's other
+// errors.
+func TestClassifyRules(t *testing.T) {
 	t.Parallel()
+	var s *clickhouse.Sink // the rows do not need a connection
 	wrap := func(err error) error { return fmt.Errorf("clickhouse sink: insert 3 events: %w", err) }
+	ex := func(code int32) error { return wrap(&ch.Exception{Code: code, Name: "DB::Exception"}) }
+	rows := map[string]error{
+		"clickhouse 159 TIMEOUT_EXCEEDED":              ex(159),
+		"clickhouse 164 READONLY":                      ex(164),
+		"clickhouse 202 TOO_MANY_SIMULTANEOUS_QUERIES": ex(202),
+		"clickhouse 203 NO_FREE_CONNECTION":            ex(203),
+		"clickhouse 209 SOCKET_TIMEOUT":                ex(209),
+		"clickhouse 210 NETWORK_ERROR":                 ex(210),
+		"clickhouse 241 MEMORY_LIMIT_EXCEEDED":         ex(241),
+		"clickhouse 242 TABLE_IS_READ_ONLY":            ex(242),
+		"clickhouse 252 TOO_MANY_PARTS":                ex(252),
+		"clickhouse 319 UNKNOWN_STATUS_OF_INSERT":      ex(319),
+		"clickhouse 999 KEEPER_EXCEPTION":              ex(999),
+		"clickhouse connection pool exhausted":         wrap(ch.ErrAcquireConnTimeout),
+	}
+	for _, r := range s.ClassifyRules() {
+		err, ok := rows[r.Name]
+		if !ok {
+			t.Errorf("row %q has no example", r.Name)
+			continue
+		}
+		delete(rows, r.Name)
+		if got := sink.Classify(s, err); got.Class != sink.ClassTransient || got.Rule != r.Name {
+			t.Errorf("Classify(%v) = %s by %q, want transient by %q", err, got.Class, got.Rule, r.Name)
+		}
+	}
+	for name := range rows {
+		t.Errorf("example %q has no row", name)
+	}
 	for _, c := range []struct {
-		name string
-		err  error
-		want bool
+		name  string
+		err   error
+		class sink.Class
+		rule  string
 	}{
-		{"nil", nil, false},
-		{"too many parts", wrap(&ch.Exception{Code: 252, Name: "DB::Exception"}), true},
-		{"memory limit", wrap(&ch.Exception{Code: 241}), true},
-		{"too many queries", wrap(&ch.Exception{Code: 202}), true},
-		{"unknown table", wrap(&ch.Exception{Code: 60}), false},
-		{"syntax error", wrap(&ch.Exception{Code: 62}), false},
-		{"auth failed", wrap(&ch.Exception{Code: 516}), false},
-		{"connection reset", wrap(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), true},
-		{"refused", wrap(syscall.ECONNREFUSED), true},
-		{"eof", wrap(io.EOF), true},
-		{"deadline", wrap(context.DeadlineExceeded), true},
-		{"canceled", wrap(context.Canceled), false},
-		{"permanent", sink.Permanent("x", sink.ErrInvalidRecord), false},
+		{"unknown table", ex(60), sink.ClassUnknown, "unclassified"},
+		{"syntax error", ex(62), sink.ClassUnknown, "unclassified"},
+		{"auth failed", ex(516), sink.ClassUnknown, "unclassified"},
+		{"connection reset", wrap(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), sink.ClassTransient, "connection reset"},
+		{"refused", wrap(syscall.ECONNREFUSED), sink.ClassTransient, "connection refused"},
+		{"eof", wrap(io.EOF), sink.ClassTransient, "connection closed"},
+		{"deadline", wrap(context.DeadlineExceeded), sink.ClassTransient, "deadline exceeded"},
+		{"record refused", sink.Permanent("x", sink.ErrInvalidRecord), sink.ClassPermanent, "permanent record error"},
+		{"closed", clickhouse.ErrClosed, sink.ClassUnknown, "unclassified"},
 	} {
-		if got := clickhouse.IsTransient(c.err); got != c.want {
-			t.Errorf("%s: IsTransient(%v) = %v, want %v", c.name, c.err, got, c.want)
+		if got := sink.Classify(s, c.err); got.Class != c.class || got.Rule != c.rule {
+			t.Errorf("%s: Classify(%v) = %s by %q, want %s by %q", c.name, c.err, got.Class, got.Rule, c.class, c.rule)
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
@@ -148,8 +147,7 @@ func (r *recorder) failures(dest string) map[string]int {
 	out := map[string]int{}
 	for _, c := range r.callsOf(dest) {
 		if c.err != nil {
-			o := sink.Classify(c.err)
-			out[o.Class.String()+": "+o.Rule]++
+			out[c.outcome.Class.String()+": "+c.outcome.Rule]++
 		}
 	}
 	return out

@@ -577,6 +577,7 @@ type applyCall struct {
 	seqs       []uint64
 	recErr     []error // per record; nil when the call failed as a whole
 	err        error
+	outcome    sink.Outcome // err's classification, when it failed
 }
 
 func newRecorder() *recorder {
@@ -590,6 +591,10 @@ type recordedSink struct {
 	r *recorder
 }
 
+// Unwrap lets the runner classify with the recorded sink's own rows
+// (sink.Wrapper).
+func (s *recordedSink) Unwrap() sink.Sink { return s.Sink }
+
 func (s *recordedSink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) {
 	start := time.Now()
 	errs, err := s.Sink.Apply(ctx, batch)
@@ -597,6 +602,8 @@ func (s *recordedSink) Apply(ctx context.Context, batch []sink.Record) ([]error,
 	c := applyCall{start: start, end: end, err: err, seqs: make([]uint64, len(batch))}
 	if err == nil {
 		c.recErr = slices.Clone(errs)
+	} else {
+		c.outcome = sink.Classify(s, err)
 	}
 	dest := s.Name()
 	s.r.mu.Lock()

@@ -10,7 +10,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
-	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
@@ -108,8 +107,6 @@ type Config struct {
 	// ShutdownGrace is how long items inside Apply may finish after Run's
 	// context ends. Default 30s.
 	ShutdownGrace time.Duration
-	// Classify classifies failures. Default sink.Classify.
-	Classify func(error) sink.Outcome
 	// Logger receives one line per decision (dead letter, stale lease,
 	// terminated item). Default: discard.
 	Logger *slog.Logger
@@ -153,9 +150,6 @@ func (c *Config) WithDefaults(dest string) *Config {
 	}
 	out.RetryAfterMax = cmp.Or(out.RetryAfterMax, RetryAfterMaxDefault)
 	out.ShutdownGrace = cmp.Or(out.ShutdownGrace, ShutdownGraceDefault)
-	if out.Classify == nil {
-		out.Classify = sink.Classify
-	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -21,7 +21,7 @@
 //     applied. An event that does not decode is dead-lettered. Reading
 //     needs no apply slot: with every apply busy, up to ReadAhead further
 //     items are read, so an apply slot never waits for a read.
-//  3. Apply, classify, retry. sink.Classify (or Config.Classify) sorts
+//  3. Apply, classify, retry. sink.Classify, with the sink's own rows, sorts
 //     every failure: permanent → dead letter at once; transient → retry
 //     with jittered exponential backoff (cenkalti/backoff/v4), at least the
 //     Retry-After the destination asked for, until Backoff.MaxElapsed;

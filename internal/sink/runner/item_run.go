@@ -351,7 +351,7 @@ func (ir *itemRun) applyLoop(stop, ctx context.Context, todo []int) ([]int, erro
 			lastErr    error
 		)
 		judge := func(k int, e error) {
-			out := cfg.Classify(e)
+			out := sink.Classify(ir.r.sink, e)
 			f := &ir.fails[k]
 			f.attempts++
 			if f.first.IsZero() {
@@ -396,7 +396,7 @@ func (ir *itemRun) applyLoop(stop, ctx context.Context, todo []int) ([]int, erro
 		d := bo.NextBackOff()
 		if d == backoff.Stop {
 			for _, k := range retry {
-				ir.letter(k, class.String(), cfg.Classify(lastErr).Rule,
+				ir.letter(k, class.String(), sink.Classify(ir.r.sink, lastErr).Rule,
 					fmt.Sprintf("gave up after %s of retries (%d attempts): %v", cfg.Backoff.MaxElapsed, ir.fails[k].attempts, lastErr))
 			}
 			return nil, nil

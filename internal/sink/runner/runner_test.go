@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -244,6 +245,38 @@ func TestUnknownErrorDeadLetteredAfterMaxAttempts(t *testing.T) {
 	}
 	if e.inUse("acme", "postgres") != 0 {
 		t.Error("lease not released")
+	}
+}
+
+// ruledSink is a wrapSink whose own classification row (sink.Classifier)
+// judges errMystery permanent.
+type ruledSink struct{ *wrapSink }
+
+func (ruledSink) ClassifyRules() []sink.Rule {
+	return []sink.Rule{{Name: "mystery is permanent", Class: sink.ClassPermanent, Match: func(err error) bool { return errors.Is(err, errMystery) }}}
+}
+
+// The runner classifies with the sink's own rows: an error the generic
+// rows do not know is dead-lettered at once, under the sink's row.
+func TestSinkRowsClassify(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	w := &wrapSink{inner: e.pg, before: func(context.Context, int, []sink.Record) error { return errMystery }}
+	r, _ := e.start(ruledSink{w}, e.fastConfig()) // MaxAttempts 3
+	e.publish(upsert("acme", "a", 1), upsert("acme", "b", 1))
+	e.dispatch("acme", "postgres", 2)
+	e.drained(r.Config().Consumer)
+	if got := w.calls.Load(); got != 1 {
+		t.Errorf("Apply called %d times, want 1", got)
+	}
+	ls := e.letters(dlq.Filter{})
+	if len(ls) != 2 {
+		t.Fatalf("%d letters, want 2", len(ls))
+	}
+	for _, l := range ls {
+		if l.Class != "permanent" || l.Rule != "mystery is permanent" || l.Attempts != 1 {
+			t.Errorf("letter %+v: want class permanent by the sink's row after 1 attempt", l)
+		}
 	}
 }
 
