@@ -27,6 +27,7 @@ const (
 	ReasonPaused      = "paused"               // the tenant is paused
 	ReasonCircuitOpen = "partner circuit open" // a held batch waits for the destination's circuit breaker
 	ReasonRetrying    = "retrying"             // a held batch failed and is being retried with backoff
+	ReasonDown        = "destination down"     // a held batch has failed for longer than the retry budget; probed until the destination is back
 	ReasonLimitZero   = "limit 0"              // max_slots is 0: dispatch is switched off
 	ReasonReplaying   = "replaying"            // a replay is dispatched again, paced by its rate
 	ReasonRateLimited = "rate limited"         // more than a second's worth waits behind the pair's dispatch rate
@@ -96,6 +97,8 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 			r.Reason, r.WaitDetail = ReasonCircuitOpen, p.WaitDetail
 		case tenancy.WaitRetrying:
 			r.Reason, r.WaitDetail = ReasonRetrying, p.WaitDetail
+		case tenancy.WaitDown:
+			r.Reason, r.WaitDetail = ReasonDown, p.WaitDetail
 		}
 		b, err := s.Reader.Next(ctx, p.Tenant, p.NextSeq, 0, work.ReadOptions{Max: 1})
 		if err != nil {

@@ -17,6 +17,10 @@ const (
 	// WaitCircuitOpen: the destination's circuit breaker refuses calls (a
 	// B2B partner failing); the holder waits for it to let a call through.
 	WaitCircuitOpen = "circuit open"
+	// WaitDown: the batch has failed transiently for longer than the
+	// holder's retry budget; it is held and probed until the destination
+	// is back (or the holder's longest hold ends).
+	WaitDown = "destination down"
 )
 
 // waitDetailMax bounds a recorded wait detail, in bytes.
@@ -36,7 +40,7 @@ func (s *Store) SetLeaseWait(ctx context.Context, leaseID string, token int64, k
 		return fmt.Errorf("lease wait %s: token %d: %w", leaseID, token, ErrStaleLease)
 	}
 	switch kind {
-	case "", WaitRetrying, WaitCircuitOpen:
+	case "", WaitRetrying, WaitCircuitOpen, WaitDown:
 	default:
 		return fmt.Errorf("lease wait %s: %w: kind %q", leaseID, ErrInvalidArgument, kind)
 	}

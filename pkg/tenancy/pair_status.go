@@ -68,7 +68,7 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 			SELECT s.wait_kind, s.wait_detail, s.wait_since FROM fairway.slots s
 			WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()
 			  AND s.wait_kind IS NOT NULL AND s.wait_epoch = s.epoch
-			ORDER BY s.wait_kind = 'circuit open' DESC, s.wait_since DESC LIMIT 1) w ON true
+			ORDER BY s.wait_kind = 'circuit open' DESC, s.wait_kind = 'destination down' DESC, s.wait_since DESC LIMIT 1) w ON true
 		WHERE $1 = '' OR l.tenant = $1
 		ORDER BY l.tenant, l.dest`, tenant)
 	if err != nil {

@@ -29,6 +29,7 @@ const (
 	BackoffInitialDefault       = 500 * time.Millisecond
 	BackoffMaxDefault           = 30 * time.Second
 	BackoffElapsedDefault       = 10 * time.Minute
+	MaxHoldDefault              = 72 * time.Hour
 	BackoffMultiplierDefault    = 2.0
 	BackoffRandomizationDefault = 0.5
 )
@@ -102,6 +103,13 @@ type Config struct {
 	MaxAttempts int
 	// Backoff shapes retry delays.
 	Backoff Backoff
+	// MaxHold is how long a batch failing transiently is held once its
+	// retry budget (Backoff.MaxElapsed) is spent: the destination is taken
+	// to be down, the batch keeps its slot, and it is probed every
+	// Backoff.Max until it applies; only then, or for permanent failures,
+	// does it dead-letter. Negative: dead-letter when the budget is spent.
+	// Default MaxHoldDefault (72h).
+	MaxHold time.Duration
 	// RetryAfterMax caps a destination's Retry-After. Default 5m.
 	RetryAfterMax time.Duration
 	// ShutdownGrace is how long items inside Apply may finish after Run's
@@ -140,6 +148,7 @@ func (c *Config) WithDefaults(dest string) *Config {
 	out.InProgressEvery = cmp.Or(out.InProgressEvery, out.AckWait/3)
 	out.ExtendEvery = cmp.Or(out.ExtendEvery, ExtendEveryDefault)
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, MaxAttemptsDefault)
+	out.MaxHold = cmp.Or(out.MaxHold, MaxHoldDefault)
 	out.Backoff.Initial = cmp.Or(out.Backoff.Initial, BackoffInitialDefault)
 	out.Backoff.Max = cmp.Or(out.Backoff.Max, BackoffMaxDefault)
 	out.Backoff.MaxElapsed = cmp.Or(out.Backoff.MaxElapsed, BackoffElapsedDefault)

@@ -96,6 +96,7 @@ type itemRun struct {
 	fails   []failure
 	letters []dlq.Letter
 	applied int
+	down    bool // the batch outlived the retry budget: held and probed (applyLoop)
 }
 
 // failure is what is known about a record's failures so far.
@@ -394,18 +395,42 @@ func (ir *itemRun) applyLoop(stop, ctx context.Context, todo []int) ([]int, erro
 			return retry, nil
 		}
 		d := bo.NextBackOff()
-		if d == backoff.Stop {
+		kind := tenancy.WaitRetrying
+		if d == backoff.Stop { // the retry budget is spent
+			since := ir.fails[retry[0]].first
 			for _, k := range retry {
-				ir.letter(k, class.String(), sink.Classify(ir.r.sink, lastErr).Rule,
-					fmt.Sprintf("gave up after %s of retries (%d attempts): %v", cfg.Backoff.MaxElapsed, ir.fails[k].attempts, lastErr))
+				if f := ir.fails[k].first; f.Before(since) {
+					since = f
+				}
 			}
-			return nil, nil
+			if class != sink.ClassTransient || cfg.MaxHold < 0 || now.Sub(since) >= cfg.MaxHold {
+				gaveUp := fmt.Sprintf("gave up after %s of retries", cfg.Backoff.MaxElapsed)
+				if class == sink.ClassTransient && cfg.MaxHold >= 0 {
+					gaveUp = fmt.Sprintf("gave up after holding the batch for %s, the destination down since %s", cfg.MaxHold, since.UTC().Format(time.RFC3339))
+				}
+				for _, k := range retry {
+					ir.letter(k, class.String(), sink.Classify(ir.r.sink, lastErr).Rule,
+						fmt.Sprintf("%s (%d attempts): %v", gaveUp, ir.fails[k].attempts, lastErr))
+				}
+				return nil, nil
+			}
+			// A destination failing transiently for longer than the budget
+			// is down, not refusing these events: hold the batch (its slot
+			// and lease with it) and probe at the longest backoff until it
+			// is back or MaxHold has passed. Its tenant's backlog waits in
+			// PRODUCTS meanwhile.
+			if !ir.down {
+				ir.down = true
+				ir.log.Warn("destination down; holding the batch and probing", "since", since, "records", len(retry), "err", lastErr)
+			}
+			d, kind = cfg.Backoff.Max, tenancy.WaitDown
+			lastErr = fmt.Errorf("destination down since %s: %w", since.UTC().Format(time.RFC3339), lastErr)
 		}
 		d = max(d, min(retryAfter, cfg.RetryAfterMax))
 		ir.r.m.retries.WithLabelValues(class.String()).Inc()
 		ir.log.Info("apply failed; retrying", "attempt", attempt, "records", len(retry), "class", class.String(), "in", d, "err", lastErr,
 			ir.recRequests(retry))
-		ir.noteWait(ctx, lastErr, fmt.Sprintf("attempt %d failed (%s), %d records, next in %s: %v",
+		ir.noteWait(ctx, kind, lastErr, fmt.Sprintf("attempt %d failed (%s), %d records, next in %s: %v",
 			attempt, class, len(retry), d.Round(time.Millisecond), lastErr))
 		if !sleep(stop, ctx, d) {
 			return retry, errStopped
@@ -434,8 +459,7 @@ func (ir *itemRun) batch(todo []int) []sink.Record {
 // shows it): the destination's circuit is open, or a failing batch is being
 // retried. Best effort: a failure is logged, a stale lease ignored (the
 // heartbeat reports it).
-func (ir *itemRun) noteWait(ctx context.Context, err error, detail string) {
-	kind := tenancy.WaitRetrying
+func (ir *itemRun) noteWait(ctx context.Context, kind string, err error, detail string) {
 	if errors.Is(err, sink.ErrCircuitOpen) {
 		kind = tenancy.WaitCircuitOpen
 	}
