@@ -10,6 +10,7 @@ package tracing
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
@@ -98,4 +99,10 @@ func TraceParent(ctx context.Context) string {
 	c := propagation.MapCarrier{}
 	propagator.Inject(ctx, c)
 	return c.Get(events.HeaderTraceParent)
+}
+
+// ExtractHTTP returns ctx with the remote span context of an HTTP
+// request's traceparent header, or ctx itself when it has none.
+func ExtractHTTP(ctx context.Context, h http.Header) context.Context {
+	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
 }
