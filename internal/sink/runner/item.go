@@ -16,6 +16,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
 	"github.com/fairwayhq/fairway/internal/sink"
@@ -71,6 +73,11 @@ func (r *Runner) handle(stop, hard context.Context, msg jetstream.Msg) {
 		r: r, msg: msg, item: it, deliveries: deliveries,
 		log: r.log.With("item", it.MsgID(), "tenant", it.Tenant, "lease", it.LeaseID,
 			"range", fmt.Sprintf("%d..%d", it.FromSeq, it.ToSeq), "delivery", deliveries),
+	}
+	if r.tracer != nil {
+		var span trace.Span
+		ctx, span = r.startItem(ctx, msg, it, deliveries)
+		defer func() { endItem(span, outcome, j.applied) }()
 	}
 	j.stopHeartbeat = j.heartbeat(ctx)
 	defer j.stopHeartbeat()
@@ -372,6 +379,10 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 				judge(k, err)
 			}
 		} else {
+			var tenantEndToEnd prometheus.Observer
+			if !j.item.Replay {
+				tenantEndToEnd = j.r.latency.observer(j.item.Tenant, len(errs))
+			}
 			for n, e := range errs {
 				k := todo[n]
 				if e != nil {
@@ -381,7 +392,9 @@ func (j *job) applyLoop(stop, ctx context.Context, todo []int) ([]int, error) {
 				j.applied++
 				j.r.m.applied.Inc()
 				if !j.item.Replay { // a replayed event's age is the replay's, not the pipeline's
-					j.r.m.endToEnd.Observe(now.Sub(j.recs[k].PublishedAt).Seconds())
+					age := now.Sub(j.recs[k].PublishedAt).Seconds()
+					j.r.m.endToEnd.Observe(age)
+					tenantEndToEnd.Observe(age)
 				}
 			}
 		}
