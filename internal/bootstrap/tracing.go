@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -18,7 +19,7 @@ import (
 )
 
 // Service names of the binaries: the default service.name of their
-// traces, and the prefix of their NATS connection names.
+// traces.
 const (
 	ServiceIngest     = "fairway-ingest"
 	ServiceDispatcher = "fairway-dispatcher"
@@ -144,4 +145,17 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("tracing: flush spans: %w", err)
 	}
 	return nil
+}
+
+// TracingShutdownTimeout bounds Close's flush.
+const TracingShutdownTimeout = 5 * time.Second
+
+// Close is Shutdown for a service's exit: within TracingShutdownTimeout,
+// a failure logged to log.
+func (t *Tracing) Close(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), TracingShutdownTimeout)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("spans not exported at exit", "err", err)
+	}
 }
