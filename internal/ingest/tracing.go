@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -21,17 +22,18 @@ import (
 // startRequest starts the span of request r, whose request id is rid.
 func (s *Server) startRequest(ctx context.Context, r *http.Request, route, rid string) (context.Context, trace.Span) {
 	ctx = tracing.ExtractHTTP(ctx, r.Header)
+	name := r.Pattern // "POST /v1/tenants/{tenant}/events": bounded
+	if name == "" {
+		name = route
+	}
+	_, path, _ := strings.Cut(name, " ")
 	attrs := []attribute.KeyValue{
 		attribute.String("http.request.method", r.Method),
-		attribute.String("http.route", route),
+		attribute.String("http.route", path),
 		tracing.RequestID.String(rid),
 	}
 	if t := r.PathValue("tenant"); t != "" {
 		attrs = append(attrs, tracing.Tenant.String(t))
-	}
-	name := r.Pattern // "POST /v1/tenants/{tenant}/events": bounded
-	if name == "" {
-		name = route
 	}
 	return s.deps.Tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 }
