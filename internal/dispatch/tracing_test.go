@@ -98,7 +98,7 @@ func TestGrantSpanLinksItsEventsAndMarksItsItems(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range s.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	for k, v := range map[string]string{"fairway.tenant": "acme", "fairway.dest": "postgres", "fairway.events": "20", "fairway.source": "index",
 		"fairway.items": "2", "fairway.request_ids": `["req-1","req-2","req-3","req-4"]`} {
