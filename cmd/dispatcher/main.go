@@ -58,6 +58,7 @@ var command = bootstrap.Command{
 stream WORK, fairly across tenants and inside their slot limits
 (docs/dispatcher.md). Replicas share PostgreSQL and JetStream and split the
 tenants between them; two on one host need a --listen each.`,
+	EnvOnly: bootstrap.TracingEnv,
 }
 
 // parseConfig reads the command line and the environment (getenv); --help
@@ -142,7 +143,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 			c.Dispatch.Dests = append(c.Dispatch.Dests, d)
 		}
 	}
-	return c, nil
+	var err error
+	c.Tracing, err = bootstrap.TracingFromEnv(bootstrap.ServiceDispatcher, getenv)
+	return c, err
 }
 
 // eachOf returns a flag function that calls set for each comma-separated

@@ -35,6 +35,8 @@ type Config struct {
 	// MemoryLimit is the soft memory limit given to Go's garbage collector
 	// (bootstrap.SetMemoryLimit); 0 leaves the runtime's.
 	MemoryLimit bootstrap.Bytes
+	// Tracing is read from the standard OTEL_* variables; off by default.
+	Tracing bootstrap.TracingConfig
 }
 
 // MemoryLimitDefault keeps the dispatcher within about 512 MB with the
@@ -45,6 +47,11 @@ const MemoryLimitDefault = 448 << 20
 func run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	bootstrap.SetMemoryLimit(int64(cfg.MemoryLimit))
+	tracing, err := bootstrap.StartTracing(ctx, cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer tracing.Close(log) // last: after everything that makes spans stopped
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)
@@ -92,7 +99,8 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Doorbell: bellNC, Registry: reg, Logger: log, Partners: partners}, &cfg.Dispatch)
+	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Doorbell: bellNC, Registry: reg, Logger: log, Partners: partners,
+		Tracer: tracing.Tracer()}, &cfg.Dispatch)
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,7 @@ var command = bootstrap.Command{
 	Summary: `ingest is fairway's HTTP entry for upstream systems: it accepts product
 events and CSV catalog imports per tenant (docs/ingest-api.md) and stores
 them in the PRODUCTS stream, which it creates.`,
+	EnvOnly: bootstrap.TracingEnv,
 }
 
 // parseConfig reads the command line and the environment (getenv); --help
@@ -80,5 +81,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if c.DatabaseURL == "" {
 		return c, fmt.Errorf("DATABASE_URL (or --database-url) is required")
 	}
-	return c, nil
+	var err error
+	c.Tracing, err = bootstrap.TracingFromEnv(bootstrap.ServiceIngest, getenv)
+	return c, err
 }

@@ -24,6 +24,8 @@ type Config struct {
 	Ingest        ingest.Config
 	Log           bootstrap.LogConfig
 	ShutdownGrace time.Duration
+	// Tracing is read from the standard OTEL_* variables; off by default.
+	Tracing bootstrap.TracingConfig
 }
 
 func run(ctx context.Context, cfg Config) error {
@@ -32,6 +34,11 @@ func run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	tracing, err := bootstrap.StartTracing(ctx, cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer tracing.Close(log) // last: after everything that makes spans stopped
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)
@@ -74,6 +81,7 @@ func run(ctx context.Context, cfg Config) error {
 		Ready:     ingest.DefaultChecks(js, pool, cfg.Stream.WithDefaults().Name),
 		Quotas:    store,
 		Backlog:   work.NewReader(nc, cfg.Stream.WithDefaults().Name),
+		Tracer:    tracing.Tracer(),
 	}, &cfg.Ingest)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
+	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/sinks/b2b"
 	"github.com/fairwayhq/fairway/sinks/clickhouse"
 )
@@ -56,6 +57,8 @@ type Config struct {
 	Runner        runner.Config
 	Log           bootstrap.LogConfig
 	ShutdownGrace time.Duration
+	// Tracing is read from the standard OTEL_* variables; off by default.
+	Tracing bootstrap.TracingConfig
 }
 
 // command is the sinks' --help and --version.
@@ -64,8 +67,9 @@ var command = bootstrap.Command{
 	Summary: `sinks applies one destination's work items from stream WORK (--dest):
 ` + kind.Describe() + `, with retries, dead letters, /metrics
 and /healthz (docs/sinks.md). Run one process or more per destination.`,
-	EnvOnly: []bootstrap.EnvVar{{Name: b2b.SecretKeyEnv,
+	EnvOnly: append([]bootstrap.EnvVar{{Name: b2b.SecretKeyEnv,
 		Usage: "32-byte key (64 hex digits or base64) that decrypts partner secrets, for --dest b2b:<partner>: the key fairway partners add encrypted them with"}},
+		bootstrap.TracingEnv...),
 	Notes: `Default --listen by destination: postgres ` + bootstrap.SinksPostgresListenDefault + `, clickhouse ` +
 		bootstrap.SinksClickHouseListenDefault + `,
 b2b:<partner> ` + bootstrap.SinksB2BListenDefault + ` (a free port, logged at start; give each partner's sinks a
@@ -106,6 +110,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&r.MaxHold, "max-hold", runner.MaxHoldDefault, "how long an item failing transiently is held, probed every --backoff-max, once --backoff-max-elapsed is spent, before it is dead-lettered; negative: dead-letter when --backoff-max-elapsed is spent")
 	fs.Float64Var(&r.Backoff.Multiplier, "backoff-multiplier", runner.BackoffMultiplierDefault, "growth of the retry delay")
 	fs.Float64Var(&r.Backoff.Randomization, "backoff-jitter", runner.BackoffRandomizationDefault, "retry delay jitter factor in [0, 1]")
+	fs.IntVar(&r.LatencyTopK, "latency-top-k", status.TopKDefault, fmt.Sprintf("tenants, those with the most events applied in the last minute, that get their own series of fairway_sink_tenant_end_to_end_seconds (the rest: tenant=\"other\"); 1..%d", status.TopKMax))
 	c.Log.RegisterFlags(fs, "info")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", runner.ShutdownGraceDefault, "time items inside Apply get to finish on shutdown before they are handed back")
 	bootstrap.BindEnv(fs, "FAIRWAY_SINKS_", getenv)
@@ -144,9 +149,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if r.Backoff.Randomization == 0 {
 		r.Backoff.Randomization = -1 // an explicit 0 means no jitter
 	}
+	if r.LatencyTopK < 1 || r.LatencyTopK > status.TopKMax {
+		return c, fmt.Errorf("--latency-top-k %d: want 1..%d", r.LatencyTopK, status.TopKMax)
+	}
 	r.Dest = c.Dest
 	r.ShutdownGrace = c.ShutdownGrace
-	return c, nil
+	c.Tracing, err = bootstrap.TracingFromEnv(bootstrap.ServiceSinks, getenv)
+	return c, err
 }
 
 // newLogger returns the logger of the process. It does not carry the

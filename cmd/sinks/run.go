@@ -22,6 +22,11 @@ func run(ctx context.Context, cfg Config) error {
 	// The runner and the B2B sink get cfg.Runner.Logger and add dest=
 	// themselves; the lines of this process get it here.
 	log := cfg.Runner.Logger.With("dest", cfg.Dest)
+	tracing, err := bootstrap.StartTracing(ctx, cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer tracing.Close(log) // last: after everything that makes spans stopped
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	pool, err := bootstrap.OpenPostgres(startCtx, cfg.DatabaseURL)
@@ -75,7 +80,7 @@ func run(ctx context.Context, cfg Config) error {
 	}
 	var r *runner.Runner
 	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
-		r, err = runner.New(ctx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg}, &cfg.Runner)
+		r, err = runner.New(ctx, runner.Deps{JetStream: js, Sink: s, Leases: store, Registry: reg, Tracer: tracing.Tracer()}, &cfg.Runner)
 		return err
 	}); err != nil {
 		return err

@@ -314,6 +314,9 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 					owned++
 				}
 			}
+			if d.traces != nil && !backfill {
+				d.traces.note(tenant, seq, m.Headers())
+			}
 			body := d.bodies.holdAt(seq, m.Data(), subjectOp(m.Subject(), tenant), owned)
 			for _, x := range dests {
 				b := body

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -47,6 +48,9 @@ type Deps struct {
 	// Partners, when set, adds a "b2b:<partner>" destination for each of a
 	// tenant's partners. Optional.
 	Partners PartnerSource
+	// Tracer, when set, traces every grant's publish (tracing.go;
+	// bootstrap.StartTracing). Default nil: tracing off.
+	Tracer trace.Tracer
 }
 
 // Dispatcher moves each tenant's events from PRODUCTS to WORK, fairly
@@ -61,6 +65,7 @@ type Dispatcher struct {
 	m        *metrics
 	partners PartnerSource
 	hooks    hooks
+	traces   *grantTracing // nil: tracing off
 
 	mu          sync.Mutex
 	dests       map[string]*destination
@@ -141,6 +146,7 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg: c, st: deps.Store, js: js, bellJS: bellJS, rd: work.NewReader(deps.NATS, c.Stream), log: log, m: m,
 		partners:    deps.Partners,
+		traces:      newGrantTracing(deps.Tracer),
 		dests:       map[string]*destination{},
 		tenantDests: map[string][]string{},
 		recoverKick: make(chan struct{}, 1),
@@ -400,6 +406,9 @@ func (d *Dispatcher) publish(ctx context.Context, it work.Item) error {
 	msg, err := it.Msg()
 	if err != nil {
 		return err
+	}
+	if d.traces != nil {
+		d.traces.markItem(ctx, it, msg.Header)
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
 	defer cancel()

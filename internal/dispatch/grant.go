@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
@@ -263,7 +264,11 @@ func (x *destination) publishItems(ctx context.Context, p *grant, leases []tenan
 	var (
 		wg    sync.WaitGroup
 		items atomic.Int64
+		span  trace.Span
 	)
+	if d.traces != nil {
+		ctx, span = d.traces.startGrant(ctx, x.name, p, leases)
+	}
 	for i, l := range leases {
 		it := work.Item{
 			Tenant: p.k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: p.counts[i], Seqs: p.lists[i], Times: p.times[i],
@@ -295,6 +300,9 @@ func (x *destination) publishItems(ctx context.Context, p *grant, leases []tenan
 		})
 	}
 	wg.Wait()
+	if span != nil {
+		endGrant(span, int(items.Load()))
+	}
 	if !p.first.IsZero() {
 		d.m.latency.WithLabelValues(x.name).Observe(d.cfg.Clock().Sub(p.first).Seconds())
 	}

@@ -115,7 +115,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		start := s.cfg.Clock()
-		results := s.deps.Publisher.Publish(events.ContextWithRequestID(r.Context(), resp.RequestID), valid)
+		pctx, span := s.startPublish(events.ContextWithRequestID(r.Context(), resp.RequestID), tenant, len(valid))
+		results := s.deps.Publisher.Publish(pctx, valid)
+		endPublish(span, results)
 		s.metrics.PublishLatency.Observe(s.cfg.Clock().Sub(start).Seconds())
 		for j, res := range results {
 			out := &resp.Results[validIdx[j]]

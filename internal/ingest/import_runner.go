@@ -148,7 +148,9 @@ func (r *importRunner) process(ctx context.Context, j *ImportJob) error {
 			if err := s.quotas.wait(ctx, j.Tenant, int64(len(chunk)), int64(chunkBytes)); err != nil {
 				return err
 			}
-			res := s.deps.Publisher.Publish(pctx, chunk)
+			cctx, span := s.startPublish(pctx, j.Tenant, len(chunk))
+			res := s.deps.Publisher.Publish(cctx, chunk)
+			endPublish(span, res)
 			stored := 0
 			for i, pr := range res {
 				switch {

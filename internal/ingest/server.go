@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairwayhq/fairway/internal/bearer"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -55,6 +56,9 @@ type Deps struct {
 	// Both or neither: without them no quota is enforced.
 	Quotas  Quotas
 	Backlog StreamCounter
+	// Tracer, when set, traces every API request and every publish
+	// (tracing.go; bootstrap.StartTracing). Default nil: tracing off.
+	Tracer trace.Tracer
 }
 
 // Server is the ingest HTTP service.
@@ -172,7 +176,15 @@ func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
 		}
 		w.Header().Set(RequestIDHeader, rid)
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-		h(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey, rid)))
+		ctx := context.WithValue(r.Context(), requestIDKey, rid)
+		var span trace.Span
+		if s.deps.Tracer != nil {
+			ctx, span = s.startRequest(ctx, r, route, rid)
+		}
+		h(sw, r.WithContext(ctx))
+		if span != nil {
+			endRequest(span, sw.code)
+		}
 		s.metrics.Requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
 		s.metrics.RequestLatency.WithLabelValues(route).Observe(s.cfg.Clock().Sub(start).Seconds())
 	})

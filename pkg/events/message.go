@@ -18,6 +18,10 @@ import (
 const (
 	HeaderMsgID     = "Nats-Msg-Id"        // Event.MsgID(), JetStream's dedup key
 	HeaderRequestID = "Fairway-Request-Id" // the ingest request or caller-supplied id; absent when none
+	// HeaderTraceParent is the W3C trace context of the publish
+	// (ContextWithTraceParent); absent unless tracing is on and the
+	// request sampled.
+	HeaderTraceParent = "traceparent"
 )
 
 // headerExpectedStream makes JetStream reject a message whose subject is
@@ -32,15 +36,18 @@ func (e Event) Msg() (*nats.Msg, error) {
 	if err := e.Validate(Limits{}); err != nil {
 		return nil, err
 	}
-	return e.msg("", ""), nil
+	return e.msg(callContext{}, ""), nil
 }
 
 // msg builds the message for a validated event.
-func (e *Event) msg(requestID, expectStream string) *nats.Msg {
+func (e *Event) msg(call callContext, expectStream string) *nats.Msg {
 	h := make(nats.Header, 3)
 	h[HeaderMsgID] = []string{e.MsgID()}
-	if requestID != "" {
-		h[HeaderRequestID] = []string{requestID}
+	if call.requestID != "" {
+		h[HeaderRequestID] = []string{call.requestID}
+	}
+	if call.traceParent != "" {
+		h[HeaderTraceParent] = []string{call.traceParent}
 	}
 	if expectStream != "" {
 		h[headerExpectedStream] = []string{expectStream}

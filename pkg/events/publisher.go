@@ -14,6 +14,9 @@ const (
 	MaxInFlightDefault = 1024
 	AckTimeoutDefault  = 10 * time.Second
 	MaxRequestIDBytes  = 256
+	// MaxTraceParentBytes bounds ContextWithTraceParent's value (a W3C
+	// traceparent of version 00 has 55).
+	MaxTraceParentBytes = 128
 )
 
 // Result is the outcome of publishing one event.
@@ -113,20 +116,45 @@ func WithStream(name string) PublisherOption {
 	}
 }
 
-type requestIDKey struct{}
+// callContext is what a Publish call's context asks of every message it
+// sends: its request id and trace context headers.
+type callContext struct {
+	requestID   string
+	traceParent string
+}
+
+type callContextKey struct{}
+
+func callContextFrom(ctx context.Context) callContext {
+	c, _ := ctx.Value(callContextKey{}).(callContext)
+	return c
+}
 
 // ContextWithRequestID returns a context that makes Publish set
 // HeaderRequestID to id on every message it sends. An id longer than
 // MaxRequestIDBytes or holding control characters fails every event of the
 // call with ErrInvalidRequestID.
 func ContextWithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
+	c := callContextFrom(ctx)
+	c.requestID = id
+	return context.WithValue(ctx, callContextKey{}, c)
 }
 
 // RequestIDFromContext returns the id set by ContextWithRequestID, or "".
 func RequestIDFromContext(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
+	return callContextFrom(ctx).requestID
+}
+
+// ContextWithTraceParent returns a context that makes Publish set
+// HeaderTraceParent to traceParent (a W3C traceparent) on every message it
+// sends, so that a consumer's spans link to the publisher's trace. Set it
+// only for a sampled trace: every header costs publish throughput. A value
+// longer than MaxTraceParentBytes or holding control characters is not
+// sent; tracing never fails a publish.
+func ContextWithTraceParent(ctx context.Context, traceParent string) context.Context {
+	c := callContextFrom(ctx)
+	c.traceParent = traceParent
+	return context.WithValue(ctx, callContextKey{}, c)
 }
 
 // Publisher publishes events to JetStream for upstream Go programs and for
@@ -185,12 +213,15 @@ type pending struct {
 // acknowledged get the context's error.
 func (p *Publisher) Publish(ctx context.Context, evs []Event) []Result {
 	res := make([]Result, len(evs))
-	reqID := RequestIDFromContext(ctx)
-	if err := checkRequestID(reqID); err != nil {
+	call := callContextFrom(ctx)
+	if err := checkRequestID(call.requestID); err != nil {
 		for i := range res {
 			res[i].Err = err
 		}
 		return res
+	}
+	if !saneTraceParent(call.traceParent) {
+		call.traceParent = ""
 	}
 	w := waiter{p: p, ctx: ctx, res: res}
 	defer w.stop()
@@ -233,7 +264,7 @@ func (p *Publisher) Publish(ctx context.Context, evs []Event) []Result {
 			res[i].Err = fmt.Errorf("publish: %w", context.Cause(ctx))
 			continue
 		}
-		paf, err := p.js.PublishMsgAsync(e.msg(reqID, p.stream), p.pubOpts...)
+		paf, err := p.js.PublishMsgAsync(e.msg(call, p.stream), p.pubOpts...)
 		if err != nil {
 			<-p.sem
 			res[i].Err = fmt.Errorf("publish: %w", err)
@@ -245,7 +276,7 @@ func (p *Publisher) Publish(ctx context.Context, evs []Event) []Result {
 		w.await(&pend[head])
 	}
 	if p.ownerCheck {
-		p.checkDuplicateOwners(ctx, evs, res, reqID)
+		p.checkDuplicateOwners(ctx, evs, res, call)
 	}
 	return res
 }
@@ -253,7 +284,7 @@ func (p *Publisher) Publish(ctx context.Context, evs []Event) []Result {
 // checkDuplicateOwners publishes again, under an id of its own, every
 // event reported as a duplicate of a message on another tenant's subject
 // (WithDuplicateOwnerCheck).
-func (p *Publisher) checkDuplicateOwners(ctx context.Context, evs []Event, res []Result, reqID string) {
+func (p *Publisher) checkDuplicateOwners(ctx context.Context, evs []Event, res []Result, call callContext) {
 	var stream jetstream.Stream
 	for i := range res {
 		r := &res[i]
@@ -276,7 +307,7 @@ func (p *Publisher) checkDuplicateOwners(ctx context.Context, evs []Event, res [
 		if tenant, _, err := ParseSubject(stored.Subject); err == nil && tenant == evs[i].Tenant {
 			continue // the tenant's own repeat
 		}
-		m := evs[i].msg(reqID, p.stream)
+		m := evs[i].msg(call, p.stream)
 		m.Header.Set(HeaderMsgID, evs[i].MsgID()+"#"+rand.Text())
 		ack, err := p.js.PublishMsg(ctx, m)
 		if err != nil {
@@ -349,6 +380,20 @@ func checkRequestID(id string) error {
 		}
 	}
 	return nil
+}
+
+// saneTraceParent says whether a traceparent may go into a header: at
+// most MaxTraceParentBytes, no control characters. "" is sane (none).
+func saneTraceParent(tp string) bool {
+	if len(tp) > MaxTraceParentBytes {
+		return false
+	}
+	for i := 0; i < len(tp); i++ {
+		if tp[i] < 0x20 || tp[i] == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // check validates e, or (WithValidatedEvents) only the parts of it that

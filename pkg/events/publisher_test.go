@@ -407,7 +407,7 @@ func BenchmarkRawAsyncPublishMsgID(b *testing.B) {
 		msgs := make([]*nats.Msg, benchBatch)
 		for i := range evs {
 			evs[i].Version = round*benchBatch + int64(i) + 1
-			msgs[i] = evs[i].msg("", "")
+			msgs[i] = evs[i].msg(callContext{}, "")
 		}
 		round++
 		b.StartTimer()

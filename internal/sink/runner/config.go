@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/status"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 )
@@ -115,6 +116,12 @@ type Config struct {
 	// ShutdownGrace is how long items inside Apply may finish after Run's
 	// context ends. Default 30s.
 	ShutdownGrace time.Duration
+	// LatencyTopK is how many tenants, those with the most events applied
+	// in the last minute, get a series of their own in
+	// fairway_sink_tenant_end_to_end_seconds; the rest share
+	// tenant="other" (tenant_latency.go). Default status.TopKDefault
+	// (20), at most status.TopKMax.
+	LatencyTopK int
 	// Logger receives one line per decision (dead letter, stale lease,
 	// terminated item). Default: discard.
 	Logger *slog.Logger
@@ -159,6 +166,7 @@ func (c *Config) WithDefaults(dest string) *Config {
 	}
 	out.RetryAfterMax = cmp.Or(out.RetryAfterMax, RetryAfterMaxDefault)
 	out.ShutdownGrace = cmp.Or(out.ShutdownGrace, ShutdownGraceDefault)
+	out.LatencyTopK = cmp.Or(out.LatencyTopK, status.TopKDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -190,6 +198,9 @@ func (c *Config) validate() error {
 	}
 	if c.FetchWait < 10*time.Millisecond || c.ExtendEvery <= 0 || c.ShutdownGrace <= 0 || c.RetryAfterMax <= 0 {
 		errs = append(errs, "FetchWait (≥ 10ms), ExtendEvery, ShutdownGrace and RetryAfterMax must be positive")
+	}
+	if c.LatencyTopK < 1 || c.LatencyTopK > status.TopKMax {
+		errs = append(errs, fmt.Sprintf("LatencyTopK %d: want 1..%d", c.LatencyTopK, status.TopKMax))
 	}
 	b := c.Backoff
 	if b.Initial <= 0 || b.Max < b.Initial || b.MaxElapsed <= 0 || b.Multiplier < 1 || b.Randomization > 1 {

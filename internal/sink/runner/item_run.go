@@ -16,6 +16,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
 	"github.com/fairwayhq/fairway/internal/sink"
@@ -71,6 +73,11 @@ func (r *Runner) handle(stop, hard context.Context, msg jetstream.Msg) {
 		r: r, msg: msg, item: it, deliveries: deliveries,
 		log: r.log.With("item", it.MsgID(), "tenant", it.Tenant, "lease", it.LeaseID,
 			"range", fmt.Sprintf("%d..%d", it.FromSeq, it.ToSeq), "delivery", deliveries),
+	}
+	if r.tracer != nil {
+		var span trace.Span
+		ctx, span = r.startItem(ctx, msg, it, deliveries)
+		defer func() { endItem(span, outcome, ir.applied) }()
 	}
 	ir.stopHeartbeat = ir.heartbeat(ctx)
 	defer ir.stopHeartbeat()
@@ -375,6 +382,10 @@ func (ir *itemRun) applyLoop(stop, ctx context.Context, todo []int) ([]int, erro
 				judge(k, err)
 			}
 		} else {
+			var tenantEndToEnd prometheus.Observer
+			if !ir.item.Replay {
+				tenantEndToEnd = ir.r.latency.observer(ir.item.Tenant, len(errs))
+			}
 			for n, e := range errs {
 				k := todo[n]
 				if e != nil {
@@ -384,7 +395,9 @@ func (ir *itemRun) applyLoop(stop, ctx context.Context, todo []int) ([]int, erro
 				ir.applied++
 				ir.r.m.applied.Inc()
 				if !ir.item.Replay { // a replayed event's age is the replay's, not the pipeline's
-					ir.r.m.endToEnd.Observe(now.Sub(ir.recs[k].PublishedAt).Seconds())
+					age := now.Sub(ir.recs[k].PublishedAt).Seconds()
+					ir.r.m.endToEnd.Observe(age)
+					tenantEndToEnd.Observe(age)
 				}
 			}
 		}

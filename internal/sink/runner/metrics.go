@@ -15,6 +15,10 @@ const (
 	outcomeTerminated = "terminated"  // malformed item
 )
 
+// endToEndBuckets are the buckets of the end-to-end latency histograms:
+// 5ms to about 12 minutes.
+var endToEndBuckets = prometheus.ExponentialBuckets(0.005, 2.5, 14)
+
 // metrics are one destination's sink metrics. The registry is injected;
 // several runners (tests) register on different registries, or on one when
 // their destinations differ.
@@ -25,9 +29,12 @@ type metrics struct {
 	retries     *prometheus.CounterVec
 	deadLetters *prometheus.CounterVec
 	endToEnd    prometheus.Observer
-	inFlight    prometheus.Gauge
-	staleLeases prometheus.Counter
-	readEvents  *prometheus.CounterVec // mode (bare, headers), replay
+	// tenantEndToEnd is the same by tenant, its label bounded
+	// (tenantLatency).
+	tenantEndToEnd *prometheus.HistogramVec
+	inFlight       prometheus.Gauge
+	staleLeases    prometheus.Counter
+	readEvents     *prometheus.CounterVec // mode (bare, headers), replay
 }
 
 func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
@@ -51,8 +58,13 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 	}, []string{"dest", "class"})
 	endToEnd := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "fairway_sink_end_to_end_seconds", Help: "Time from the event's store in PRODUCTS to its apply.",
-		Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 14),
+		Buckets: endToEndBuckets,
 	}, []string{"dest"})
+	tenantEndToEnd := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fairway_sink_tenant_end_to_end_seconds",
+		Help:    "Time from the event's store in PRODUCTS to its apply, for the top-K tenants by events applied in the last minute; tenant=\"other\" holds the rest.",
+		Buckets: endToEndBuckets,
+	}, []string{"dest", "tenant"})
 	inFlight := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "fairway_sink_in_flight_items", Help: "Work items held by this process (reading, applying or finishing).",
 	}, []string{"dest"})
@@ -63,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 		Name: "fairway_sink_read_events_total",
 		Help: "Events of work items, by how they were read (carried: in the item itself, nothing read from PRODUCTS; bare: from PRODUCTS, bodies only, the item carried their store times; headers: from PRODUCTS with the server's six headers) and whether the item was a replay.",
 	}, []string{"dest", "mode", "replay"})
-	for _, c := range []prometheus.Collector{applied, items, itemSeconds, retries, deadLetters, endToEnd, inFlight, stale, readEvents} {
+	for _, c := range []prometheus.Collector{applied, items, itemSeconds, retries, deadLetters, endToEnd, tenantEndToEnd, inFlight, stale, readEvents} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -86,10 +98,13 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 					readEvents = v
 				}
 			case *prometheus.HistogramVec:
-				if c == itemSeconds {
+				switch c {
+				case itemSeconds:
 					itemSeconds = v
-				} else {
+				case endToEnd:
 					endToEnd = v
+				case tenantEndToEnd:
+					tenantEndToEnd = v
 				}
 			case *prometheus.GaugeVec:
 				inFlight = v
@@ -102,6 +117,7 @@ func newMetrics(reg prometheus.Registerer, dest string) (*metrics, error) {
 	m.retries = retries.MustCurryWith(l)
 	m.deadLetters = deadLetters.MustCurryWith(l)
 	m.endToEnd = endToEnd.With(l)
+	m.tenantEndToEnd = tenantEndToEnd
 	m.inFlight = inFlight.With(l)
 	m.staleLeases = stale.With(l)
 	m.readEvents = readEvents.MustCurryWith(l)

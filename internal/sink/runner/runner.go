@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
 	"github.com/fairwayhq/fairway/internal/sink"
@@ -36,6 +37,9 @@ type Deps struct {
 	Leases Leases
 	// Registry receives the metrics. Required.
 	Registry prometheus.Registerer
+	// Tracer, when set, traces every work item's apply (tracing.go;
+	// bootstrap.StartTracing). Default nil: tracing off.
+	Tracer trace.Tracer
 }
 
 // Runner consumes one destination's work items. Create it with New, run it
@@ -51,6 +55,8 @@ type Runner struct {
 	// applying holds a token per Apply in flight (Concurrency).
 	applying chan struct{}
 	m        *metrics
+	latency  *tenantLatency
+	tracer   trace.Tracer // nil: tracing off
 	log      *slog.Logger
 }
 
@@ -81,7 +87,9 @@ func New(ctx context.Context, d Deps, cfg *Config) (*Runner, error) {
 		cfg: c, js: d.JetStream, sink: d.Sink, leases: d.Leases,
 		reader: work.NewReader(d.JetStream.Conn(), c.ProductsStream),
 		dlq:    q, cons: cons, m: m, applying: make(chan struct{}, c.Concurrency),
-		log: c.Logger.With("dest", c.Dest),
+		latency: newTenantLatency(m.tenantEndToEnd, c.Dest, c.LatencyTopK, c.Now),
+		tracer:  d.Tracer,
+		log:     c.Logger.With("dest", c.Dest),
 	}, nil
 }
 
