@@ -66,6 +66,11 @@ func TestTenantCommands(t *testing.T) {
 	if f := strings.Fields(listRow(t, dsn, "acme", "postgres")); len(f) < 8 || f[7] != "50/s" {
 		t.Fatalf("list row after set-rate: %q", f)
 	}
+	// Every flag has an environment variable named for its command.
+	if out, _, err := fairwayEnv(t, map[string]string{"DATABASE_URL": dsn, "FAIRWAY_TENANTS_SET_RATE_DEST": "postgres",
+		"FAIRWAY_TENANTS_SET_RATE_EVENTS_PER_SEC": "60"}, "tenants", "set-rate", "acme"); err != nil || !strings.Contains(out, "at most 60 events/s in postgres") {
+		t.Fatalf("set-rate from the environment: %q %v", out, err)
+	}
 	for _, bad := range [][]string{{"--events-per-sec", "50"}, {"--dest", "postgres"}, {"--dest", "postgres", "--events-per-sec", "-1"}} {
 		if _, _, err := fairway(t, dsn, append([]string{"tenants", "set-rate", "acme"}, bad...)...); err == nil {
 			t.Fatalf("set-rate %v accepted", bad)
@@ -173,7 +178,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--help"}, []string{"status", "tenants", "--version"}, []string{"--database-url", "--nats-url", "--log-level"}},
 		{[]string{"status", "--help"}, []string{"(env DATABASE_URL, set)", "(env NATS_URL, set)", "(env NATS_CREDS)", "(env FAIRWAY_LOG_LEVEL)", "(env FAIRWAY_LOG_FORMAT)"}, nil},
 		{[]string{"tenants", "list", "--help"}, []string{"(env DATABASE_URL, set)", "(env FAIRWAY_LOG_LEVEL)"}, []string{"--nats-url"}},
-		{[]string{"dlq", "list", "--help"}, []string{"(env NATS_URL, set)"}, []string{"--database-url"}},
+		{[]string{"dlq", "list", "--help"}, []string{"(env NATS_URL, set)", "(env FAIRWAY_DLQ_LIST_TENANT)"}, []string{"--database-url"}},
+		{[]string{"tenants", "set-rate", "--help"}, []string{"(env FAIRWAY_TENANTS_SET_RATE_EVENTS_PER_SEC)", "(env DATABASE_URL, set)"}, nil},
 		{[]string{"migrate", "--help"}, []string{"(env DATABASE_URL, set)"}, []string{"--nats-url", "--log-level"}},
 		{[]string{"serve", "--help"}, []string{"(env FAIRWAY_SERVE_LISTEN)", "(env FAIRWAY_SERVE_TLS_CERT)", "(env NATS_URL, set)"}, nil},
 	} {

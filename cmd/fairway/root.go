@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,7 +51,29 @@ func newRootCmd(getenv func(string) string, out, errOut io.Writer) *cobra.Comman
 	root.SetErr(errOut)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(c.migrateCmd(), c.tenantsCmd(), c.adminTokenCmd(), c.tokensCmd(), c.demoCmd(), c.statusCmd(), c.partnersCmd(), c.dlqCmd(), c.replayCmd(), c.cursorsCmd(), c.serveCmd())
+	for _, cmd := range root.Commands() {
+		bindCommandEnv(cmd, getenv)
+	}
 	return root
+}
+
+// bindCommandEnv gives every flag of cmd and its subcommands that has no
+// environment variable yet (the connection and log flags share theirs)
+// one named for the command and the flag: --events-per-sec of `fairway
+// tenants set-rate` is FAIRWAY_TENANTS_SET_RATE_EVENTS_PER_SEC. The root's
+// PersistentPreRunE applies them (bootstrap.ApplyEnv).
+func bindCommandEnv(cmd *cobra.Command, getenv func(string) string) {
+	name := strings.NewReplacer(" ", "_", "-", "_").Replace(strings.TrimPrefix(cmd.CommandPath(), "fairway "))
+	unbound := pflag.NewFlagSet("", pflag.ContinueOnError)
+	cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
+		if bootstrap.EnvOf(f) == "" && f.Name != "help" {
+			unbound.AddFlag(f)
+		}
+	})
+	bootstrap.BindEnv(unbound, "FAIRWAY_"+strings.ToUpper(name)+"_", getenv)
+	for _, sub := range cmd.Commands() {
+		bindCommandEnv(sub, getenv)
+	}
 }
 
 // uses says which connection and log flags a command takes; a command
