@@ -37,7 +37,7 @@ import (
 // Reported, each over the clock's start: ingest_events_per_s (until the
 // last POST was answered, i.e. JetStream acknowledged every event),
 // <dest>_events_per_s (until that destination had applied all), and
-// e2e_events_per_s (until all three had: the target is ≥ 30,000
+// e2e_events_per_s (until all three had: the target is ≥ 30,000
 // on this 2-core machine), and clickhouse_inserts_per_run (the server's
 // INSERT queries during a run: product_events and products_latest each
 // count). The run fails if an event is dead-lettered,

@@ -154,9 +154,9 @@ type Config struct {
 	// (tenancy.Rewind.Rate). A replay is dispatched one batch per grant and
 	// throttled so that it cannot take the machines from live traffic; the
 	// rate is per dispatcher process. Negative: replays are not throttled.
-	// Default 2,500: a 1M-event replay then takes about 7 minutes, and
-	// raised the other tenants' p99 by at most 6% in five runs of
-	// BenchmarkReplayImpact where 5,000 raised it by 13% (docs/benchmarks.md).
+	// Default 2,500: a 1M-event replay then takes about 7 minutes and
+	// leaves the other tenants' p99 within a few percent
+	// (BenchmarkReplayImpact, docs/benchmarks.md).
 	ReplayRate int
 
 	// ReplayBatch is the most events one replayed work item covers (at

@@ -215,7 +215,7 @@ func (d *Dispatcher) denseReplay(ctx context.Context, ps tenancy.PairState, back
 // the tenant's events in [first, last] (after was counted later: events
 // stored in between only lower it), so when it equals last - first + 1
 // every sequence there is the tenant's. A tenant still publishing may so
-// fail the check; it is then indexed as before.
+// fail the check; it is then cut from the index.
 func (d *Dispatcher) denseBacklog(ctx context.Context, tenant string, cursor, backlog, first uint64) (denseRun, error) {
 	if first == 0 || backlog < uint64(d.cfg.BatchSize) {
 		return denseRun{}, nil

@@ -10,9 +10,8 @@ import (
 // Several dispatchers. Every dispatcher sees every event (its own doorbell)
 // and could grant every pair; left alone, replicas visit the same tenants in
 // the same order and race for each grant, and all but one lose it
-// (tenancy.ErrCursorMoved) after a database round trip — measured on the
-// development machine: with two dispatchers, 19,500 lost races for 20,000
-// batches, and dispatch slower than with one. So each dispatcher heartbeats
+// (tenancy.ErrCursorMoved) after a database round trip, nearly every race
+// lost and dispatch slower than with one. So each dispatcher heartbeats
 // its row in fairway.dispatchers (tenancy.Store.Heartbeat) and grants only
 // the pairs it owns: rendezvous hashing of the pair over the dispatchers
 // seen alive. The others stay parked in its scheduler (they cost nothing

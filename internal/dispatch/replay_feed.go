@@ -50,7 +50,7 @@ type replayFeed struct {
 	covered  uint64 // every event of the tenant in [start, covered] was added to ix
 	pending  uint64 // the tenant's events after covered, as the server counted them
 	complete bool   // covered reaches until-1: nothing more to fetch
-	failed   bool   // gave up: the destination cuts the rest as before
+	failed   bool   // gave up: the destination cuts the rest from its other sources
 }
 
 // Replay feed tuning.
@@ -60,9 +60,7 @@ const (
 	feedMaxFailures = 3               // consecutive failures before a feed gives up
 	// A fetch asks for at most this many replay batches (Config.ReplayBatch)
 	// of events: small pulls keep pace with the replay's grants instead of
-	// coming as bursts on the doorbell's connection and the server. A
-	// design choice, not a measured one: the run once blamed on larger
-	// pulls had its replay cut from the index, without a feed.
+	// coming as bursts on the doorbell's connection and the server.
 	feedChunkBatches = 2
 )
 

@@ -62,10 +62,8 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	if len(ranges) > 0 {
 		// What the backfill delivered, even while it is still on its way
 		// and knows less than the grant may take: reading the rest with
-		// headers cost the server more than the short batches cost, and
-		// slowed the backfill further (two interleaved floods in the
-		// noisy-neighbour benchmark read 178,000-210,000 events that way,
-		// 600-1,100 after; 74,000 → 77,000-81,000 events/s).
+		// headers costs the server more than the short batches cost, and
+		// slows the backfill further.
 		return ranges, counts, lists, first, rest, true
 	}
 	if !d.backDone.Load() {
@@ -85,8 +83,7 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 // (hinted), one batch per slot released since (at least one). At the
 // limit a release frees one slot, and a read of a whole grant's worth
 // (GrantBatches batches, with headers) would dispatch one batch and read
-// the rest again at the next release: TestReadAtLimitReadsFreedSlots read
-// 1,320 events to dispatch 400 that way, 460 now.
+// the rest again at the next release (TestReadAtLimitReadsFreedSlots).
 func (x *destination) readMax(ts *tenantState, n int) (most int, hinted bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -116,9 +113,7 @@ func (r denseRun) at(cursor uint64) (start uint64, ok bool) {
 // the range from the cursor is known to hold only the tenant's events
 // (tenantState.dense): a filtered read of PRODUCTS costs the server a
 // count of the tenant's pending events, several milliseconds per request
-// when a million of them follow (measured: 4.8 ms for 100 events at the
-// start of a 1M-event backlog, 0.2 ms at its end), and it would tell
-// nothing new. Events removed from the stream since (MaxAge) reach the
+// when a million of them follow, and it would tell nothing new. Events removed from the stream since (MaxAge) reach the
 // sink as a short range, which it dead-letters as lost. rest is an upper
 // bound of what is left.
 func (x *destination) dense(ts *tenantState, cursor uint64, n int) (ranges []tenancy.Range, counts []int, rest uint64, ok bool) {
@@ -146,15 +141,14 @@ func (x *destination) dense(ts *tenantState, cursor uint64, n int) (ranges []ten
 
 // denseTimes learns the store times of a dense grant's events with a few
 // requests (work.Reader.RangeTimes), so that its items carry them and the
-// sinks read bodies without headers: a million-event flood read with
-// headers made the server build a header block per event, and the
-// garbage of that, collected over a heap holding a dedup entry per recent
-// event, took half its CPU (BenchmarkNoisyNeighbor: 79,069 and 81,389
-// events/s without the times, 171,129 to 178,150 with, FIFO 173,135 to
-// 183,606). dispatch learns them while DispatchMany takes the slots. An
-// item gets nil when its grant spans
-// more milliseconds than the requests are worth (work.RangeTimesSpan) or
-// the requests fail: its sink then reads the headers.
+// sinks read bodies without headers: a flood read with headers makes the
+// server build a header block per event, and collecting the garbage of
+// that over a heap holding a dedup entry per recent event halves a
+// flood's drain (docs/dispatcher.md, "Replays"). dispatch learns them
+// while DispatchMany takes the slots. An item gets nil when its grant
+// spans more milliseconds than the requests are worth
+// (work.RangeTimesSpan) or the requests fail: its sink then reads the
+// headers.
 func (x *destination) denseTimes(ctx context.Context, tenant string, ranges []tenancy.Range, counts []int) []*work.Times {
 	out := make([]*work.Times, len(ranges))
 	if len(ranges) == 0 {
