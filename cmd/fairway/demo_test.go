@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 	"github.com/fairwayhq/fairway/internal/demo"
 	"github.com/fairwayhq/fairway/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDemoStopsWhenEverythingIsApplied runs the demo with a small workload
 // and a --duration far longer than it needs, against the real servers: it
@@ -50,7 +30,7 @@ func TestDemoStopsWhenEverythingIsApplied(t *testing.T) {
 			t.Logf("drop databases %s: %v", db, err)
 		}
 	})
-	var out syncBuffer
+	var out testenv.Buffer
 	c := &cli{getenv: func(k string) string {
 		if k == "CLICKHOUSE_ADDR" {
 			return chAddr

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -197,7 +195,7 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 		t.Fatal(err)
 	}
 	cfg.Runner.FetchWait = 200 * time.Millisecond
-	var logs syncBuffer
+	var logs testenv.Buffer
 	cfg.Log.Level = "debug"
 	if cfg.Runner.Logger, err = newLogger(cfg, &logs); err != nil {
 		t.Fatal(err)
@@ -233,7 +231,7 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	waitFor(t, "sinks to start (WORK stream and consumer)", func() error {
+	testenv.Eventually(t, 60*time.Second, "sinks to start (WORK stream and consumer)", func() error {
 		s, err := js.Stream(bg, work.StreamName)
 		if err != nil {
 			return err
@@ -250,9 +248,9 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 	if _, err := js.PublishMsg(bg, m); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the event applied", func() error { return applied(pool) })
+	testenv.Eventually(t, 60*time.Second, "the event applied", func() error { return applied(pool) })
 	for path, want := range map[string]string{"/healthz": "ok", "/metrics": fmt.Sprintf(`fairway_sink_applied_events_total{dest=%q} 1`, dest)} {
-		waitFor(t, path, func() error {
+		testenv.Eventually(t, 60*time.Second, path, func() error {
 			resp, err := http.Get("http://" + addr + path)
 			if err != nil {
 				return err
@@ -287,39 +285,5 @@ func runOneItem(t *testing.T, dest string, args []string, prepare func(*pgxpool.
 	}
 	if len(lines) < 3 {
 		t.Errorf("only %d log lines at debug level:\n%s", len(lines), logs.String())
-	}
-}
-
-// syncBuffer is a bytes.Buffer that the sink's goroutines and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -185,7 +185,7 @@ func TestUntilRefused(t *testing.T) {
 func TestAwaitStream(t *testing.T) {
 	t.Parallel()
 	srv := usersServer(t, -1, "pw")
-	var logs syncBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -253,7 +253,7 @@ func TestConnectNATSKeepsReconnecting(t *testing.T) {
 	t.Parallel()
 	port := testenv.FreePort(t)
 	srv := usersServer(t, port, "pw")
-	var logs syncBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	nc, err := bootstrap.ConnectNATS(context.Background(), bootstrap.NATSConfig{URL: userURL(srv, "svc", "pw")}, "reconnect-test", log)
 	if err != nil {

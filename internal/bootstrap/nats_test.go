@@ -1,7 +1,6 @@
 package bootstrap_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -273,7 +271,7 @@ func TestNATSConfigFlags(t *testing.T) {
 func TestDisconnectLogLevels(t *testing.T) {
 	t.Parallel()
 	srv, _ := testenv.NATS(t)
-	var buf syncBuffer
+	var buf testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	nc, err := bootstrap.ConnectNATS(context.Background(), bootstrap.NATSConfig{URL: srv.ClientURL()}, "closing", log)
 	if err != nil {
@@ -298,29 +296,4 @@ func TestDisconnectLogLevels(t *testing.T) {
 	if out := buf.String(); !strings.Contains(out, `level=WARN msg="nats disconnected" name=dropped err=`) {
 		t.Errorf("server gone logged:\n%s", out)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that the NATS callback goroutines and the
-// test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
 }

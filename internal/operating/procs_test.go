@@ -106,7 +106,7 @@ func randHex(n int) string {
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	out    syncBuffer
+	out    testenv.Buffer
 	exited chan struct{}
 	err    error // of cmd.Wait, once exited is closed
 
@@ -193,25 +193,6 @@ func run(t *testing.T, bin string, env []string, args ...string) string {
 		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	return stdout.String()
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's writes and the test's
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // postEvents posts body (a JSON array of events) for tenant to ingest at

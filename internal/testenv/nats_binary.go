@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -28,7 +27,7 @@ type NATSBinaryServer struct {
 	Version string // as the binary reports it: "2.9.10"
 
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *Buffer
 	exited chan struct{}
 	once   sync.Once
 }
@@ -47,7 +46,7 @@ func StartNATSBinary(t testing.TB, bin, dir string, env []string, args ...string
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	s := &NATSBinaryServer{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Port: port, Version: version,
-		cmd: cmd, out: &lockedBuffer{}, exited: make(chan struct{})}
+		cmd: cmd, out: &Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
@@ -179,22 +178,4 @@ func serverInfo(url string) error {
 		return fmt.Errorf("first line %q, want INFO", line)
 	}
 	return nil
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
