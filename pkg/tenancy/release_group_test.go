@@ -210,7 +210,7 @@ func (l *rowLock) unlock() {
 	}
 }
 
-// waitBlocked waits until a session waits on one of l's locks.
+// waitBlocked waits until another PostgreSQL backend waits on one of l's locks.
 func (l *rowLock) waitBlocked(what string) {
 	l.t.Helper()
 	testenv.Eventually(l.t, waitMax, what+" to wait on the row lock", func() error {
@@ -218,7 +218,7 @@ func (l *rowLock) waitBlocked(what string) {
 		err := l.pool.QueryRow(l.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid)))`, l.pid).Scan(&blocked)
 		if err == nil && !blocked {
-			err = errors.New("no session waits on it")
+			err = errors.New("no backend waits on it")
 		}
 		return err
 	})

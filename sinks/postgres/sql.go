@@ -9,7 +9,8 @@ import (
 // schemaLockKey serialises schema creation across processes starting at once.
 const schemaLockKey = 0x6661697277617901 // "fairway\x01"
 
-// stageTable is the per-session temporary table the copy method stages into.
+// stageTable is the temporary table, private to its connection, that the
+// copy method stages into.
 const stageTable = "fairway_products_stage"
 
 type statements struct {
