@@ -168,7 +168,16 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 // published, and hands back (tenancy.ReturnBatches) any batch whose work
 // item was not published. It returns nil after a clean shutdown, or the
 // error that stopped it from starting.
-func (d *Dispatcher) Run(ctx context.Context) error {
+func (d *Dispatcher) Run(ctx context.Context) (err error) {
+	// A stop that comes while the dispatcher is still starting is a
+	// stop, not a failure: whatever start-up step it interrupted returns
+	// the context's error, which is not the caller's concern.
+	caller := ctx
+	defer func() {
+		if err != nil && caller.Err() != nil {
+			err = nil
+		}
+	}()
 	ctx, stop := context.WithCancelCause(ctx) // stop(ErrStreamMovedBack): stream_reset.go
 	defer stop(nil)
 	d.resets.stop = stop

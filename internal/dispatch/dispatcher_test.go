@@ -877,3 +877,29 @@ func TestBatchLogPruned(t *testing.T) {
 		})
 	}
 }
+
+// A dispatcher stopped while it is still starting (listening, scanning,
+// opening its doorbell) returns nil like any other stop: the step the
+// stop interrupted is not a failure to report.
+func TestStopWhileStartingIsClean(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	e.tenant("acme", 1, 16, pg)
+	e.publish("acme", 20)
+	for i, after := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
+		d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc}, &dispatch.Config{Dests: []string{pg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(e.ctx)
+		if after == 0 {
+			cancel()
+		} else {
+			time.AfterFunc(after, cancel)
+		}
+		if err := d.Run(ctx); err != nil {
+			t.Errorf("stop %d (after %v): Run = %v, want nil", i, after, err)
+		}
+		cancel()
+	}
+}
