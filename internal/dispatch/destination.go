@@ -73,6 +73,12 @@ type tenantState struct {
 	bodyWaited bool
 	bodyNeed   int
 	live       seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
+	// fresh: the tenant had no event before Dispatcher.liveFrom and the
+	// doorbell rang none before this state existed, so live holds every
+	// event of the tenant from its first (Dispatcher.fresh): a grant from
+	// a cursor below liveFrom (1, for a tenant new to the destination)
+	// cuts from live without reading PRODUCTS.
+	fresh bool
 	back       seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
 
 	// A cursor below replayUntil is replaying (tenancy.PairState), at
@@ -117,12 +123,22 @@ func (x *destination) key(tenant string) scheduler.Key {
 
 // state returns tenant's state; x.mu must be held.
 func (x *destination) state(tenant string) *tenantState {
+	return x.stateRinging(tenant, 0)
+}
+
+// stateRinging is state for the doorbell ringing tenant's event at
+// sequence ringing, which the caller indexes next.
+func (x *destination) stateRinging(tenant string, ringing uint64) *tenantState {
 	ts := x.tenants[tenant]
 	if ts == nil {
 		ts = &tenantState{weight: 1}
 		// The doorbell and backfill delivered what came before without
-		// this state: its index starts at what they deliver now.
+		// this state: its index starts at what they deliver now, unless
+		// they delivered nothing of the tenant before.
 		ts.live.floor, ts.back.floor = x.d.bellSeq.Load(), x.d.backSeq.Load()
+		if x.d.fresh(tenant, ringing) {
+			ts.fresh, ts.live.floor = true, 0
+		}
 		x.tenants[tenant] = ts
 		if !x.d.owns(tenant, x.name) {
 			x.sched.SetParked(x.key(tenant), true)
@@ -222,7 +238,12 @@ func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells
 // says whether the backfill (not the live doorbell) delivered it.
 func (x *destination) bell(tenant string, seq uint64, at time.Time, body *heldBody, backfill bool) {
 	x.mu.Lock()
-	ts := x.state(tenant)
+	var ts *tenantState
+	if backfill {
+		ts = x.state(tenant)
+	} else {
+		ts = x.stateRinging(tenant, seq)
+	}
 	if backfill {
 		if seq >= ts.backFirst {
 			ts.backRung++

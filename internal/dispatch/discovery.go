@@ -22,16 +22,16 @@ import (
 // the stream's last sequence before the scan began — the doorbell starts
 // right after it, so nothing stored during the scan is missed — and the
 // oldest event waiting in any (tenant, destination) (0: none), where the
-// backfill may start.
+// backfill may start, and the tenants that have events up to lastSeq.
 //
 // Why not the direct get's multi_last on products.>: nats-server 2.15
 // answers it for at most 1,024 subjects (413 Too Many Results beyond), i.e.
 // about 500 tenants; the design is for 10,000.
-func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq, oldest uint64, err error) {
+func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq, oldest uint64, present map[string]bool, err error) {
 	start := time.Now()
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(events.SubjectWildcard))
 	if err != nil {
-		return 0, 0, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
+		return 0, 0, nil, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
 	}
 	lastSeq = info.State.LastSeq
 	tenants := map[string]bool{}
@@ -54,7 +54,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 	for _, x := range d.allDests() {
 		ps, err := d.st.PairStates(ctx, x.name)
 		if err != nil {
-			return 0, 0, fmt.Errorf("dispatch: scan: %w", err)
+			return 0, 0, nil, fmt.Errorf("dispatch: scan: %w", err)
 		}
 		m := make(map[string]tenancy.PairState, len(ps))
 		for _, p := range ps {
@@ -64,7 +64,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 	}
 	streamFirst, err := d.checkStream(ctx, stream) // after the cursors: see tenancy.CheckStream
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	var (
 		wg       sync.WaitGroup
@@ -112,10 +112,24 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 	wg.Wait()
 	d.m.scanSecond.Observe(time.Since(start).Seconds())
 	if firstErr != nil {
-		return 0, 0, fmt.Errorf("dispatch: scan: %w", firstErr)
+		return 0, 0, nil, fmt.Errorf("dispatch: scan: %w", firstErr)
 	}
 	d.log.Debug("backlog scan done", "tenants", len(tenants), "probes", len(probes), "took", time.Since(start))
-	return lastSeq, oldest, nil
+	return lastSeq, oldest, tenants, nil
+}
+
+// fresh says whether the live index of a tenant state made now holds every
+// event of tenant: the tenant had none up to the start-up scan's last
+// sequence (before), and the doorbell has rung none since, or only the
+// one at sequence ringing, which the caller indexes next (0: none). A
+// tenant rung before its state existed (it had no destination yet) is not
+// fresh: those events are only in PRODUCTS.
+func (d *Dispatcher) fresh(tenant string, ringing uint64) bool {
+	if d.liveFrom.Load() == 0 || d.before == nil || d.before[tenant] {
+		return false
+	}
+	first, rung := d.rung.Load(tenant)
+	return !rung || (ringing != 0 && first.(uint64) == ringing)
 }
 
 // probe counts tenant's events at or after cursor with one batched direct
@@ -302,6 +316,8 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 			source := "doorbell"
 			if backfill {
 				source = "backfill"
+			} else if _, seen := d.rung.Load(tenant); !seen {
+				d.rung.LoadOrStore(tenant, seq)
 			}
 			d.m.wakeups.WithLabelValues(source).Inc()
 			// The body is held for the destinations this dispatcher
@@ -367,7 +383,7 @@ func (d *Dispatcher) pollLoop(ctx context.Context, stream jetstream.Stream) {
 		case <-t.C:
 		}
 		d.m.wakeups.WithLabelValues("poll").Inc()
-		if _, _, err := d.scan(ctx, stream); err != nil && ctx.Err() == nil {
+		if _, _, _, err := d.scan(ctx, stream); err != nil && ctx.Err() == nil {
 			d.log.Warn("poll scan failed", "err", err)
 			d.m.errors.WithLabelValues("", "scan").Inc()
 		}

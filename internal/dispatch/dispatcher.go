@@ -88,6 +88,13 @@ type Dispatcher struct {
 	// The sequence the doorbell (backfill) is delivering right now: a
 	// tenant state created later knows nothing before it.
 	bellSeq, backSeq atomic.Uint64
+	// Which tenants have events from before liveFrom (the start-up
+	// scan's, read-only once the doorbell starts), and the first sequence
+	// the doorbell rang for each tenant since: together they tell a
+	// tenant state whether the live index holds every event of its
+	// tenant (tenantState.fresh).
+	before map[string]bool
+	rung   sync.Map // tenant -> first uint64 rung
 	// members is the last heartbeat's view of the dispatchers alive
 	// (members.go); nil before the first.
 	members atomic.Pointer[membership]
@@ -196,10 +203,11 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	if err := d.heartbeat(ctx); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
-	lastSeq, oldest, err := d.scan(ctx, stream)
+	lastSeq, oldest, present, err := d.scan(ctx, stream)
 	if err != nil {
 		return err
 	}
+	d.before = present
 	d.liveFrom.Store(lastSeq + 1)
 	bell, err := d.startDoorbell(ctx, lastSeq+1, 0)
 	if err != nil {

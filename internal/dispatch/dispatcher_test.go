@@ -499,6 +499,52 @@ func TestIndexedDispatch(t *testing.T) {
 	}
 }
 
+// Tenants whose first events come after the dispatcher started are cut
+// from the index from their first event, though their cursors (1) lie
+// before the doorbell's start: the start-up scan saw none of their events,
+// so the doorbell rang all of them. A tenant whose events were rung before
+// it had a destination is not: those come from a read of PRODUCTS, and
+// every event is still dispatched exactly once.
+func TestNewTenantsCutFromTheIndex(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	e.tenant("old", 1, 4, pg)
+	seqs := map[string][]uint64{"old": e.publish("old", 30)}
+	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	// No poll: a poll's count may run ahead of the doorbell and bring a
+	// grant the index cannot cut yet, which reads.
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 10, PollInterval: time.Hour}, nil)
+	applied := func(ids ...string) (n, want int) {
+		for _, id := range ids {
+			n += s.events(id)
+			want += len(seqs[id])
+		}
+		return n, want
+	}
+	e.waitFor("old's backlog applied", func() bool { n, want := applied("old"); return n >= want })
+	reads := d.Grants(pg, "read")
+
+	fresh := []string{"n1", "n2", "n3"}
+	for _, id := range fresh {
+		e.tenant(id, 1, 4, pg)
+	}
+	for id, q := range e.interleave(20, fresh, 3, 2, 1) {
+		seqs[id] = append(seqs[id], q...)
+	}
+	e.waitFor("the new tenants' events applied", func() bool { n, want := applied(fresh...); return n >= want })
+	if got := d.Grants(pg, "read"); got != reads {
+		t.Errorf("%.0f grants read PRODUCTS for tenants the doorbell rang from their first event; want 0", got-reads)
+	}
+
+	// "late" publishes before it has a destination: the doorbell rings
+	// its events, no destination indexes them.
+	seqs["late"] = e.publish("late", 12)
+	e.tenant("late", 1, 4, pg)
+	seqs["late"] = append(seqs["late"], e.publish("late", 5)...)
+	e.waitFor("late's events applied", func() bool { n, want := applied("late"); return n >= want })
+	checkExactlyOnce(t, s.snapshot(), seqs, false)
+}
+
 // Two tenants whose backlogs interleave event by event (two catalogs
 // imported at once): each batch spans twice its count of sequences, so its
 // item lists them (up to work.SeqsMax, not just work.SeqsSmall) and the

@@ -41,7 +41,7 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	switch {
 	case liveFrom == 0:
 		return nil, nil, nil, time.Time{}, 0, false
-	case cursor >= max(liveFrom, ts.live.floor):
+	case cursor >= max(liveFrom, ts.live.floor), ts.fresh && cursor >= ts.live.floor:
 		// Nothing known: read, in case the doorbell is behind or stopped
 		// (a scan's backlog hint brought the grant).
 		ranges, counts, lists, first, rest = ts.live.takeBytes(cursor, n, size, d.itemBytes)
