@@ -79,7 +79,7 @@ type tenantState struct {
 	// a cursor below liveFrom (1, for a tenant new to the destination)
 	// cuts from live without reading PRODUCTS.
 	fresh bool
-	back       seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
+	back  seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
 
 	// A cursor below replayUntil is replaying (tenancy.PairState), at
 	// replayRate events/s (0: Config.ReplayRate; negative: unthrottled),
