@@ -33,7 +33,9 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 				e.tenant(tn, 1, limit, pg)
 			}
 			seqs := e.interleave(n/len(tenants), tenants, 1, 1, 1)
-			s := e.startSink(pg, 2, nil, func() time.Duration { return 20 * time.Millisecond })
+			// Sinks slow enough (40 items/s) that, without the window, the
+			// dispatcher queues most of the 150 items even on a loaded machine.
+			s := e.startSink(pg, 2, nil, func() time.Duration { return 50 * time.Millisecond })
 			d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, DeepWork: tc.deep}, nil)
 			var peak atomic.Uint64
 			e.waitFor("every event applied", func() bool {
