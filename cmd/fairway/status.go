@@ -53,6 +53,9 @@ func (c *cli) statusCmd() *cobra.Command {
 				if r.WaitDetail != "" {
 					why += ": " + shorten(r.WaitDetail, 80)
 				}
+				if r.Expiring {
+					why += fmt.Sprintf(" (oldest expires in %s: PRODUCTS' MaxAge)", r.ExpiresIn.Round(time.Second))
+				}
 				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\n", r.Tenant, r.Dest, r.Backlog, oldest, r.InUse, r.Limit, r.Weight, r.DeadLetters, why)
 			}
 			if err := w.Flush(); err != nil {

@@ -68,6 +68,10 @@ type TenantRow struct {
 	Paused           bool    `json:"paused"`
 	DeadLetters      uint64  `json:"dead_letters"`
 	Reason           string  `json:"reason"`
+	// Expiring: the oldest waiting event leaves PRODUCTS (MaxAge) in
+	// ExpiresInSeconds (status.Row.Expiring).
+	Expiring         bool    `json:"expiring,omitempty"`
+	ExpiresInSeconds float64 `json:"expires_in_seconds,omitempty"`
 }
 
 // DestRow is one destination: totals over every tenant, and its
@@ -191,5 +195,6 @@ func tenantRow(r status.Row) TenantRow {
 		Tenant: r.Tenant, Dest: r.Dest, Backlog: r.Backlog, OldestAgeSeconds: r.OldestAge.Seconds(),
 		InUse: r.InUse, Limit: r.Limit, Weight: r.Weight, Paused: r.Paused,
 		DeadLetters: r.DeadLetters, Reason: r.Reason,
+		Expiring: r.Expiring, ExpiresInSeconds: r.ExpiresIn.Seconds(),
 	}
 }

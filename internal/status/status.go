@@ -56,7 +56,17 @@ type Row struct {
 	// waiting for an open circuit (the last error), or why the pair is
 	// held for a stream reset, else "".
 	WaitDetail string `json:",omitempty"`
+	// ExpiresIn is how long the oldest waiting event has left before
+	// PRODUCTS' MaxAge drops it (0: no backlog, or no MaxAge). Expiring
+	// says it has less than ExpiryWarning of MaxAge left: a destination
+	// down (or a pair held) for that long loses events.
+	ExpiresIn time.Duration `json:",omitempty"`
+	Expiring  bool          `json:",omitempty"`
 }
+
+// ExpiryWarning is the part of PRODUCTS' MaxAge left to a pair's oldest
+// waiting event below which its row is Expiring.
+const ExpiryWarning = 0.25
 
 // Pairs is what status needs from pkg/tenancy.
 type Pairs interface {
@@ -88,6 +98,10 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 	if s.Now != nil {
 		now = s.Now
 	}
+	maxAge, err := s.maxAge(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rows := make([]Row, 0, len(pairs))
 	for _, p := range pairs {
 		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
@@ -107,6 +121,10 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 		if len(b.Msgs) > 0 {
 			r.Backlog = 1 + b.Pending
 			r.OldestAge = max(0, now().Sub(b.Msgs[0].Time))
+			if maxAge > 0 {
+				r.ExpiresIn = max(time.Nanosecond, maxAge-r.OldestAge)
+				r.Expiring = float64(r.ExpiresIn) < ExpiryWarning*float64(maxAge)
+			}
 		}
 		if r.Reason == "" || r.Paused {
 			r.Reason = reason(r)
@@ -138,6 +156,19 @@ func reason(r Row) string {
 	default:
 		return ReasonDispatching
 	}
+}
+
+// maxAge is stream PRODUCTS' MaxAge (0: none, or no JetStream to ask).
+func (s *Source) maxAge(ctx context.Context) (time.Duration, error) {
+	if s.JS == nil {
+		return 0, nil
+	}
+	name := s.Reader.Stream()
+	st, err := s.JS.Stream(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return st.CachedInfo().Config.MaxAge, nil
 }
 
 // deadLetters counts DLQ messages per "<dest> <tenant>" (subject

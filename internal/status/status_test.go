@@ -153,3 +153,48 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		t.Fatalf("one tenant: %+v %v", one, err)
 	}
 }
+
+// A pair whose oldest waiting event has less than a quarter of PRODUCTS'
+// MaxAge left is Expiring, with the time left; one with more is not; with
+// no MaxAge nothing expires.
+func TestRowsWarnBeforeMaxAgeDropsEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := tenancy.New(pool, nil)
+	_, nc := testenv.NATS(t)
+	js, _ := jetstream.New(nc)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{MaxAge: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := events.NewPublisher(js)
+	r := pub.Publish(ctx, []events.Event{{Tenant: "held", ProductID: "p", Version: 1, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)}})
+	if r[0].Err != nil {
+		t.Fatal(r[0].Err)
+	}
+	if _, err := st.Cursor(ctx, "held", "postgres"); err != nil {
+		t.Fatal(err)
+	}
+	rowAt := func(src *status.Source, later time.Duration) status.Row {
+		t.Helper()
+		src.Now = func() time.Time { return time.Now().Add(later) }
+		rows, err := src.Rows(ctx, "held")
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("rows %v, err %v", rows, err)
+		}
+		return rows[0]
+	}
+	src := &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}
+	if row := rowAt(src, 30*time.Minute); row.Expiring || row.ExpiresIn < 29*time.Minute || row.ExpiresIn > 31*time.Minute {
+		t.Errorf("half of MaxAge old: expiring %v in %v; want not expiring, in about 30m", row.Expiring, row.ExpiresIn)
+	}
+	if row := rowAt(src, 50*time.Minute); !row.Expiring || row.ExpiresIn < 9*time.Minute || row.ExpiresIn > 11*time.Minute {
+		t.Errorf("50 minutes old: expiring %v in %v; want expiring, in about 10m", row.Expiring, row.ExpiresIn)
+	}
+	if row := rowAt(&status.Source{Pairs: st, Reader: work.NewReader(nc, "")}, 50*time.Minute); row.Expiring || row.ExpiresIn != 0 {
+		t.Errorf("without the stream's MaxAge: expiring %v in %v; want neither", row.Expiring, row.ExpiresIn)
+	}
+}

@@ -66,6 +66,9 @@ func NewReader(nc *nats.Conn, stream string) *Reader {
 		slots: make(chan struct{}, ReadsInFlight)}
 }
 
+// Stream is the name of the stream r reads.
+func (r *Reader) Stream() string { return r.stream }
+
 type directGetRequest struct {
 	Seq       uint64     `json:"seq,omitempty"`
 	StartTime *time.Time `json:"start_time,omitempty"`

@@ -225,7 +225,9 @@
         el("td", { class: "slots" }, slots(r.in_use, r.limit)),
         el("td", { class: "num weight" }, r.weight),
         dead(r.dead_letters),
-        el("td", { class: "why" }, el("span", { class: reasonClass(r.reason) }, r.reason)))));
+        el("td", { class: "why" }, el("span", { class: reasonClass(r.reason) }, r.reason),
+          r.expiring ? el("span", { class: "reason expiring alarm", title: "the oldest waiting event leaves PRODUCTS (MaxAge) then" },
+            " oldest expires in " + dur(r.expires_in_seconds)) : ""))));
     document.getElementById("backlog-head").title = "bars on a log scale: a full bar is " + int(scale);
 
     const count = snap.filter
