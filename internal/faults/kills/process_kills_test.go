@@ -26,7 +26,8 @@ const (
 
 // TestProcessKills runs the real binaries as separate processes — 1 ingest,
 // 2 dispatchers, 2 sinks for each of postgres, clickhouse and b2b:erp —
-// while 20 tenants post events, SIGKILLs a random dispatcher or sink every
+// while 20 tenants post events (two of them floods whose backlogs
+// interleave: traffic_test.go), SIGKILLs a random dispatcher or sink every
 // few seconds and restarts it, and then accounts for every event ingest
 // acknowledged: applied in every destination (newest version per product;
 // every event in ClickHouse's log) or dead-lettered, no slot held, no

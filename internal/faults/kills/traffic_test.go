@@ -16,7 +16,15 @@ import (
 // Traffic shape: per tenant, requests of 1–4 events every 100–400 ms over
 // productsPerTenant products, so every product gets several versions; some
 // events are held back and sent after newer versions of their product.
+// The first floodTenants tenants are floods instead: requests of
+// floodMin to floodMax events at the same pace, so their backlogs
+// interleave in the stream in long runs, as catalogs imported at once do,
+// and a restarted dispatcher finds them behind its cursors (the backfill,
+// the index, carried bodies).
 const (
+	floodTenants      = 2
+	floodMin          = 40
+	floodMax          = 120
 	productsPerTenant = 25
 	deleteShare       = 0.05
 	holdBackShare     = 0.15
@@ -97,8 +105,12 @@ func (c *cluster) startTraffic() *traffic {
 		client: &http.Client{Timeout: time.Minute},
 		stop:   cancel,
 	}
-	for _, tenant := range c.tenants {
-		tr.wg.Go(func() { tr.tenantLoop(ctx, tenant) })
+	for i, tenant := range c.tenants {
+		per := [2]int{1, 4}
+		if i < floodTenants {
+			per = [2]int{floodMin, floodMax}
+		}
+		tr.wg.Go(func() { tr.tenantLoop(ctx, tenant, per) })
 	}
 	return tr
 }
@@ -109,7 +121,8 @@ func (tr *traffic) stopTraffic() {
 	tr.wg.Wait()
 }
 
-func (tr *traffic) tenantLoop(ctx context.Context, tenant string) {
+// tenantLoop posts requests of per[0] to per[1] events until ctx ends.
+func (tr *traffic) tenantLoop(ctx context.Context, tenant string, per [2]int) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	next := make([]int64, productsPerTenant) // last version used per product
 	var held []line
@@ -119,7 +132,7 @@ func (tr *traffic) tenantLoop(ctx context.Context, tenant string) {
 		if len(held) > 0 && rng.Float64() < 0.5 {
 			batch, held = append(batch, held...), nil
 		}
-		for range 1 + rng.IntN(4) {
+		for range per[0] + rng.IntN(per[1]-per[0]+1) {
 			p := rng.IntN(productsPerTenant)
 			next[p]++
 			ev := line{ProductID: fmt.Sprintf("p%02d", p), Version: next[p], Op: "upsert"}
