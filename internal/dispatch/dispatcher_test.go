@@ -545,49 +545,84 @@ func TestNewTenantsCutFromTheIndex(t *testing.T) {
 	checkExactlyOnce(t, s.snapshot(), seqs, false)
 }
 
-// Two tenants whose backlogs interleave event by event (two catalogs
-// imported at once): each batch spans twice its count of sequences, so its
-// item lists them (up to work.SeqsMax, not just work.SeqsSmall) and the
-// sink reads the range without headers, keeping the listed events.
+// Tenants whose backlogs interleave event by event (catalogs imported at
+// once): each batch's range holds the others' events, so its item lists
+// its sequences (up to work.SeqsMax) and the sink reads them without
+// headers: two tenants' batches span twice their count, and the sink reads
+// the range, keeping the listed events; twenty tenants' span twenty times
+// their count, and the sink looks each listed sequence up. Neither makes
+// the server scan the range with a subject filter.
 func TestInterleavedBatchesListed(t *testing.T) {
 	t.Parallel()
-	const n, batch = 1200, 200
-	e := setup(t, time.Minute)
-	e.tenant("x", 1, 4, pg)
-	e.tenant("y", 1, 4, pg)
-	seqs := e.interleave(n, []string{"x", "y"}, 1, 1)
-	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
-	// Without bodies held (BodyBudget), as for a backlog past the budget.
-	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, BodyBudget: -1}, nil)
-	e.waitFor("both backlogs applied", func() bool { return s.events("x") == n && s.events("y") == n })
-	items := s.snapshot()
-	checkExactlyOnce(t, items, seqs, false)
-	rd := work.NewReader(e.nc, "")
-	long := 0
-	for _, it := range items {
-		if it.Count <= work.SeqsSmall {
-			continue
-		}
-		long++
-		if len(it.Seqs) != it.Count {
-			t.Fatalf("item %s/%d-%d of %d events lists %d sequences", it.Tenant, it.FromSeq, it.ToSeq, it.Count, len(it.Seqs))
-		}
-		got, err := rd.ReadItem(e.ctx, it)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != it.Count {
-			t.Fatalf("item %s/%d-%d: %d events read, count %d", it.Tenant, it.FromSeq, it.ToSeq, len(got), it.Count)
-		}
-		for i, m := range got {
-			ev, err := events.Decode(m.Data)
-			if err != nil || !m.Bare || m.Seq != it.Seqs[i] || ev.Tenant != it.Tenant {
-				t.Fatalf("item %s/%d-%d event %d: seq %d (listed %d), tenant %s, bare %v, %v", it.Tenant, it.FromSeq, it.ToSeq, i, m.Seq, it.Seqs[i], ev.Tenant, m.Bare, err)
+	for _, tc := range []struct {
+		name         string
+		tenants      int
+		each, batch  int
+		rangeReadMin int // items the sink reads as their whole range
+	}{
+		{"two tenants", 2, 1200, 200, 12},
+		{"twenty tenants", 20, 150, 100, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, time.Minute)
+			var tenants []string
+			runs := make([]int, tc.tenants)
+			for i := range tc.tenants {
+				tenants = append(tenants, fmt.Sprintf("t%02d", i))
+				e.tenant(tenants[i], 1, 4, pg)
+				runs[i] = 1
 			}
-		}
-	}
-	if long < 2*n/batch {
-		t.Errorf("%d items of more than %d events, want at least %d", long, work.SeqsSmall, 2*n/batch)
+			seqs := e.interleave(tc.each, tenants, runs...)
+			s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+			// Without bodies held (BodyBudget), as for a backlog past the budget.
+			e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: tc.batch, PollInterval: time.Hour, BodyBudget: -1}, nil)
+			e.waitFor("every backlog applied", func() bool {
+				for _, id := range tenants {
+					if s.events(id) != tc.each {
+						return false
+					}
+				}
+				return true
+			})
+			items := s.snapshot()
+			checkExactlyOnce(t, items, seqs, false)
+			rd := work.NewReader(e.nc, "")
+			full, rangeRead := 0, 0
+			for _, it := range items {
+				if it.Count == 1 {
+					continue
+				}
+				if len(it.Seqs) != it.Count {
+					t.Fatalf("item %s/%d-%d of %d events lists %d sequences", it.Tenant, it.FromSeq, it.ToSeq, it.Count, len(it.Seqs))
+				}
+				if it.Count == tc.batch {
+					full++
+				}
+				if work.RangeRead(it.Count, it.ToSeq-it.FromSeq+1) {
+					rangeRead++
+				}
+				got, err := rd.ReadItem(e.ctx, it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != it.Count {
+					t.Fatalf("item %s/%d-%d: %d events read, count %d", it.Tenant, it.FromSeq, it.ToSeq, len(got), it.Count)
+				}
+				for i, m := range got {
+					ev, err := events.Decode(m.Data)
+					if err != nil || !m.Bare || m.Seq != it.Seqs[i] || ev.Tenant != it.Tenant {
+						t.Fatalf("item %s/%d-%d event %d: seq %d (listed %d), tenant %s, bare %v, %v", it.Tenant, it.FromSeq, it.ToSeq, i, m.Seq, it.Seqs[i], ev.Tenant, m.Bare, err)
+					}
+				}
+			}
+			if want := tc.tenants * tc.each / tc.batch / 2; full < want {
+				t.Errorf("%d full items of %d events, want at least %d", full, tc.batch, want)
+			}
+			if rangeRead < tc.rangeReadMin {
+				t.Errorf("%d items read as their range, want at least %d", rangeRead, tc.rangeReadMin)
+			}
+		})
 	}
 }
 

@@ -35,7 +35,7 @@ func TestReplayFeedCarriesTimes(t *testing.T) {
 			const (
 				n         = 3000
 				batch     = 100
-				itemSize  = 50 // events per replayed item: interleaved, they are listed (work.SeqsSmall)
+				itemSize  = 50 // events per replayed item: interleaved, they are listed (work.SeqsMax)
 				lookahead = 400
 			)
 			e := setup(t, time.Minute)

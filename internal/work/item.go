@@ -110,9 +110,6 @@ func (t *Times) At(i int) time.Time {
 // lists more is invalid. ReadItem reads them ReadChunk at a time.
 const SeqsMax = 1000
 
-// SeqsSmall is the most sequences the dispatcher lists for a batch that
-// RangeRead does not read as a range: each is then a request of its own.
-const SeqsSmall = 64
 
 // Validate checks the fields a sink relies on.
 func (it Item) Validate() error {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fairwayhq/fairway/pkg/events"
 )
@@ -44,9 +47,9 @@ const ReadsInFlight = 16
 // other subjects can only be in a dense range if the dispatcher miscounted;
 // they are dropped here, so the result is what the filtered read returns.
 //
-// An item that lists its sequences (Item.Seqs: a small batch spread over
-// the stream) is read one sequence at a time, each a lookup by sequence
-// instead of a scan of the range.
+// An item that lists its sequences (Item.Seqs: a batch spread over the
+// stream) is read by lookups of its sequences, several at once, instead of
+// a scan of the range.
 //
 // An item that carries its events' store times (Item.Times) is read
 // without headers when it is dense or lists its sequences: the server then
@@ -90,13 +93,7 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 		// The whole range, every sequence of it, keeping the listed ones.
 		seqs, keep, out = chunks, listedSeqs(it.Seqs), make([]Stored, 0, it.Count)
 	case listed:
-		seqs = func(yield func(uint64, int) bool) {
-			for _, seq := range it.Seqs {
-				if !yield(seq, 1) {
-					return
-				}
-			}
-		}
+		return r.readListed(ctx, it)
 	case uint64(it.Count) == it.ToSeq-it.FromSeq+1:
 		seqs = chunks
 		if it.Count > r.chunk { // more than one get: gather them in one slice
@@ -140,6 +137,56 @@ func (r *Reader) readBare(ctx context.Context, it Item) (out []Stored, ok bool, 
 		}
 	}
 	return out, len(out) == it.Count, nil
+}
+
+// listedGets is how many of one listed item's lookups by sequence are
+// asked at once (each also takes one of the Reader's ReadsInFlight).
+const listedGets = 8
+
+// readListed reads a listed item that RangeRead does not read as a range:
+// a lookup by sequence per listed event, listedGets at a time, without
+// headers. A tenant whose events interleave with thousands of others'
+// has batches whose range is thousands of times their count; a lookup by
+// sequence costs the server the same whatever the range, a filtered scan
+// of the range costs it every message in between. ok is false when a
+// listed event is no longer stored as it was (then the caller reads with
+// headers).
+func (r *Reader) readListed(ctx context.Context, it Item) (out []Stored, ok bool, err error) {
+	out = make([]Stored, len(it.Seqs))
+	var (
+		next    atomic.Int64
+		missing atomic.Bool
+		g, gctx = errgroup.WithContext(ctx)
+	)
+	for range min(listedGets, len(it.Seqs)) {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(it.Seqs) || missing.Load() {
+					return nil
+				}
+				seq := it.Seqs[i]
+				b, err := r.itemGet(gctx, it.Tenant, directGetRequest{Seq: seq, Batch: 1, NoHdr: true}, seq, 0)
+				if err != nil {
+					return err
+				}
+				if len(b.Msgs) != 1 || b.LastSeq != seq || !b.Msgs[0].Bare {
+					missing.Store(true)
+					return nil
+				}
+				m := b.Msgs[0]
+				m.Seq, m.Time = seq, it.Times.At(i)
+				out[i] = m
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, false, err
+	}
+	if missing.Load() {
+		return nil, false, nil
+	}
+	return out, true, nil
 }
 
 // itemGet is r.get for ReadItem: it waits for one of the Reader's
