@@ -262,21 +262,8 @@ func diffLatest(where string, want, got map[[2]string]int64) string {
 func (p *pipe) accounting(ctx context.Context, rej rejected) error {
 	// PostgreSQL.
 	want, _ := p.expected(tenancy.DestPostgres, rej)
-	got := map[[2]string]int64{}
-	rows, err := p.Pool.Query(ctx, `SELECT tenant_id, product_id, version FROM catalog.products`)
+	got, err := testenv.PostgresVersions(ctx, p.Pool, `SELECT tenant_id, product_id, version FROM catalog.products`)
 	if err != nil {
-		return fmt.Errorf("read catalog.products: %w", err)
-	}
-	for rows.Next() {
-		var k [2]string
-		var v int64
-		if err := rows.Scan(&k[0], &k[1], &v); err != nil {
-			rows.Close()
-			return err
-		}
-		got[k] = v
-	}
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read catalog.products: %w", err)
 	}
 	if d := diffLatest("PostgreSQL catalog.products", want, got); d != "" {
@@ -313,22 +300,7 @@ func (p *pipe) accounting(ctx context.Context, rej rejected) error {
 			return fmt.Errorf("ClickHouse product_events holds %s, which was not sent there", k)
 		}
 	}
-	got = map[[2]string]int64{}
-	crows, err = p.ClickHouse.Query(ctx, "SELECT tenant_id, product_id, version FROM products_latest FINAL")
-	if err != nil {
-		return fmt.Errorf("read products_latest: %w", err)
-	}
-	for crows.Next() {
-		var k [2]string
-		var v int64
-		if err := crows.Scan(&k[0], &k[1], &v); err != nil {
-			crows.Close()
-			return err
-		}
-		got[k] = v
-	}
-	crows.Close()
-	if err := crows.Err(); err != nil {
+	if got, err = testenv.ClickHouseVersions(ctx, p.ClickHouse, "SELECT tenant_id, product_id, version FROM products_latest FINAL"); err != nil {
 		return fmt.Errorf("read products_latest: %w", err)
 	}
 	if d := diffLatest("ClickHouse products_latest FINAL", want, got); d != "" {
