@@ -141,9 +141,7 @@ func TestNATSFailover(t *testing.T) {
 	// and publishes that nobody answers pile up in ingest's JetStream
 	// context (they must time out, not stall ingest for good).
 	waitFailedPosts(t, l, failsBefore+3*len(tenants))
-	for time.Since(lost) < 12*time.Second {
-		time.Sleep(100 * time.Millisecond) // keep the outage going
-	}
+	time.Sleep(time.Until(lost.Add(12 * time.Second))) // keep the outage going
 	_, _, _, fails := l.counts()
 	t.Logf("fault 3: %d posts failed during the outage; %d publishes pending in ingest's JetStream context",
 		fails-failsBefore, p.IngestJS.PublishAsyncPending())
