@@ -67,16 +67,6 @@ func (k Kind) Pattern() string {
 	return k.Name + ":<" + k.Instance + ">"
 }
 
-// Dest returns the destination of k's instance ("b2b", "erp" →
-// "b2b:erp"); instance is ignored for a kind without instances. It does
-// not validate; Parse does.
-func (k Kind) Dest(instance string) string {
-	if k.Instance == "" {
-		return k.Name
-	}
-	return k.Name + ":" + instance
-}
-
 // Describe lists the destinations for messages: "postgres, clickhouse or
 // b2b:<partner>".
 func Describe() string {
