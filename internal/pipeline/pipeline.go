@@ -179,6 +179,7 @@ func Start(ctx context.Context, cfg Config) (_ *Pipeline, err error) {
 
 	// One sink per destination, each in a process of its own.
 	type sinkProc struct {
+		dest string
 		proc *proc
 		sink sink.Sink
 	}
@@ -195,7 +196,7 @@ func Start(ctx context.Context, cfg Config) (_ *Pipeline, err error) {
 		if cfg.WrapSink != nil {
 			s = cfg.WrapSink(s)
 		}
-		sps = append(sps, sinkProc{sp, s})
+		sps = append(sps, sinkProc{dest, sp, s})
 	}
 	if cfg.BeforeRun != nil {
 		if err := cfg.BeforeRun(ctx, p); err != nil {
@@ -234,7 +235,7 @@ func Start(ctx context.Context, cfg Config) (_ *Pipeline, err error) {
 	for _, sp := range sps {
 		rc := cfg.Runner
 		rc.Logger = cmp.Or(rc.Logger, sp.proc.log)
-		rc.Concurrency = cmp.Or(rc.Concurrency, sinks.Concurrency(sp.sink.Name()))
+		rc.Concurrency = cmp.Or(rc.Concurrency, sinks.Concurrency(sp.dest))
 		r, err := runner.New(ctx, runner.Deps{JetStream: sp.proc.js, Sink: sp.sink, Leases: sp.proc.store, Registry: p.Registry}, &rc)
 		if err != nil {
 			return nil, err
