@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -176,38 +177,35 @@ func TestRunDispatches(t *testing.T) {
 	if r := pub.PublishOne(ctx, events.Event{Tenant: "acme", ProductID: "p", Version: 1, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, time.Minute, "work items for postgres, clickhouse and b2b:p1", func() error {
 		s, err := js.Stream(ctx, work.StreamName)
-		if err == nil {
-			info, _ := s.Info(ctx, jetstream.WithSubjectFilter("work.>"))
-			if info != nil && len(info.State.Subjects) == 3 {
-				break
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no work items for postgres, clickhouse and b2b:p1 within 60s")
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter("work.>"))
+		if err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if len(info.State.Subjects) != 3 {
+			return fmt.Errorf("work items on %v", slices.Collect(maps.Keys(info.State.Subjects)))
+		}
+		return nil
+	})
 	// No sink runs: acme's batch stays in flight, and the backlog sampler
 	// (every second here) shows it.
 	var body []byte
-	for {
+	testenv.Eventually(t, time.Minute, "acme's batch in flight in the metrics", func() error {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(string(body), `fairway_tenant_in_flight{dest="postgres",tenant="acme"} 1`) {
-			break
+		if !strings.Contains(string(body), `fairway_tenant_in_flight{dest="postgres",tenant="acme"} 1`) {
+			return fmt.Errorf("metrics lack it:\n%.3000s", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics lack acme's batch in flight:\n%.3000s", body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, want := range []string{`fairway_dispatcher_items_total{dest="b2b:p1"} 1`, `fairway_backlog_events{dest="postgres"} 0`,
 		`fairway_tenant_backlog_events{dest="postgres",tenant="other"} 0`} {
 		if !strings.Contains(string(body), want) {
@@ -233,15 +231,12 @@ func TestRunDispatches(t *testing.T) {
 		t.Fatal("run did not return after shutdown")
 	}
 	// The server notices a closed socket a moment later.
-	for wait := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		conns := dispatcherConns(t, srv)
-		if len(conns) == 0 {
-			break
+	testenv.Eventually(t, 10*time.Second, "the dispatcher's connections closed", func() error {
+		if conns := dispatcherConns(t, srv); len(conns) > 0 {
+			return fmt.Errorf("still open: %v", slices.Collect(maps.Keys(conns)))
 		}
-		if time.Now().After(wait) {
-			t.Fatalf("connections still open 10 s after shutdown: %v", slices.Collect(maps.Keys(conns)))
-		}
-	}
+		return nil
+	})
 }
 
 // dispatcherConns returns the server's open client connections whose name

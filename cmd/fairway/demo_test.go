@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/fairwayhq/fairway/internal/bootstrap"
 	"github.com/fairwayhq/fairway/internal/demo"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestDemoStopsWhenEverythingIsApplied runs the demo with a small workload
@@ -67,4 +69,22 @@ func TestDemoStopsWhenEverythingIsApplied(t *testing.T) {
 	if strings.Contains(got, "not applied yet") {
 		t.Errorf("the demo stopped with events not applied:\n%s", got)
 	}
+}
+
+// dropDatabases drops the PostgreSQL and ClickHouse databases named db.
+func dropDatabases(ctx context.Context, adminURL, chAddr, db string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return err
+	}
+	c, err := ch.Open(&ch.Options{Addr: []string{chAddr}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Exec(ctx, "DROP DATABASE IF EXISTS "+db)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dlq"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
@@ -20,28 +21,13 @@ func TestRedriveReachesOnlyTheDestinationThatRefused(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db := fmt.Sprintf("fw_test_redrive_%d", time.Now().UnixNano())
-	p, _ := e2ePipeline(t, ctx, db, e2eLoad{Tenants: 1})
+	p, _ := e2ePipeline(t, e2eLoad{Tenants: 1})
 	const tenant = "t01"
 	partner := tenancy.DestB2BPrefix + pipelinePartner
-	pub, err := events.NewPublisher(p.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
 	publish := func(id string) {
 		t.Helper()
-		if r := pub.PublishOne(ctx, events.Event{Tenant: tenant, ProductID: id, Version: 1, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)}); r.Err != nil {
+		if r := p.Publisher.PublishOne(ctx, events.Event{Tenant: tenant, ProductID: id, Version: 1, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)}); r.Err != nil {
 			t.Fatal(r.Err)
-		}
-	}
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s: not before the deadline", what)
-			case <-time.After(10 * time.Millisecond):
-			}
 		}
 	}
 	applied := func(dest string) int64 { return p.Tracker.Applied(tenant, dest) }
@@ -60,8 +46,11 @@ func TestRedriveReachesOnlyTheDestinationThatRefused(t *testing.T) {
 
 	p.Receiver.FailNext(1, b2btest.Failure{Status: 422})
 	publish("p1")
-	waitUntil("p1 applied in postgres and clickhouse, dead-lettered for the partner", func() bool {
-		return applied(tenancy.DestPostgres) == 1 && applied(tenancy.DestClickHouse) == 1 && len(letters()) == 1
+	testenv.Eventually(t, time.Minute, "p1 applied in postgres and clickhouse, dead-lettered for the partner", func() error {
+		if pg, chs, n := applied(tenancy.DestPostgres), applied(tenancy.DestClickHouse), len(letters()); pg != 1 || chs != 1 || n != 1 {
+			return fmt.Errorf("postgres applied %d, clickhouse %d, %d dead letters", pg, chs, n)
+		}
+		return nil
 	})
 	if l := letters()[0]; l.Dest != partner || l.Tenant != tenant {
 		t.Fatalf("letter %+v, want the partner's", l)
@@ -81,12 +70,19 @@ func TestRedriveReachesOnlyTheDestinationThatRefused(t *testing.T) {
 	// DLQ's duplicate window would drop).
 	p.Receiver.FailNext(1, b2btest.Failure{Status: 422})
 	redrive()
-	waitUntil("a new letter for the redriven event", func() bool {
-		ls := letters()
-		return len(ls) == 1 && ls[0].Redriven
+	testenv.Eventually(t, time.Minute, "a new letter for the redriven event", func() error {
+		if ls := letters(); len(ls) != 1 || !ls[0].Redriven {
+			return fmt.Errorf("letters %+v", ls)
+		}
+		return nil
 	})
 	redrive()
-	waitUntil("p1 at the partner", func() bool { return p.Receiver.Products(tenant) == 1 })
+	testenv.Eventually(t, time.Minute, "p1 at the partner", func() error {
+		if n := p.Receiver.Products(tenant); n != 1 {
+			return fmt.Errorf("the partner holds %d products", n)
+		}
+		return nil
+	})
 	if n := len(letters()); n != 0 {
 		t.Fatalf("%d letters left after the redrive", n)
 	}
@@ -95,8 +91,11 @@ func TestRedriveReachesOnlyTheDestinationThatRefused(t *testing.T) {
 	// before it: had the redrive gone to postgres or clickhouse too, they
 	// would have applied p1 again by then.
 	publish("p2")
-	waitUntil("p2 everywhere", func() bool {
-		return applied(tenancy.DestPostgres) >= 2 && applied(tenancy.DestClickHouse) >= 2 && p.Receiver.Products(tenant) == 2
+	testenv.Eventually(t, time.Minute, "p2 everywhere", func() error {
+		if pg, chs, n := applied(tenancy.DestPostgres), applied(tenancy.DestClickHouse), p.Receiver.Products(tenant); pg < 2 || chs < 2 || n != 2 {
+			return fmt.Errorf("postgres applied %d, clickhouse %d, the partner holds %d products", pg, chs, n)
+		}
+		return nil
 	})
 	if pg, chs := applied(tenancy.DestPostgres), applied(tenancy.DestClickHouse); pg != 2 || chs != 2 {
 		t.Fatalf("postgres applied %d events, clickhouse %d; want 2 each (p1 once, p2)", pg, chs)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,30 +115,20 @@ func (s *bareSystem) fail(err error) {
 	s.once.Do(func() { close(s.exited) })
 }
 
-// startBare starts a bare system on fresh databases named db (dropped at
-// cleanup) and serves its ingest handler on a loopback port; it returns
-// the system and the base URL.
-func startBare(tb testing.TB, ctx context.Context, db string) (*bareSystem, string) {
+// startBare starts a bare system on fresh databases (testenv) and serves
+// its ingest handler on a loopback port; it returns the system and the
+// base URL.
+func startBare(tb testing.TB, ctx context.Context) (*bareSystem, string) {
 	tb.Helper()
-	admin, chAddr := testenv.DatabaseURL(), testenv.ClickHouseAddr()
 	s := &bareSystem{applied: map[string]*atomic.Int64{}, exited: make(chan struct{})}
 	for _, c := range bareConsumers {
 		s.applied[c.Dest] = &atomic.Int64{}
 	}
-	dsn, err := recreatePostgres(ctx, admin, db)
-	if err != nil {
-		tb.Fatalf("%v (start PostgreSQL and ClickHouse with `make services`, then `set -a; . .dev/services.env; set +a`)", err)
-	}
-	tb.Cleanup(func() {
-		if err := dropDatabases(context.Background(), admin, chAddr, db); err != nil {
-			tb.Logf("drop databases %s: %v", db, err)
-		}
-	})
-	if err := recreateClickHouse(ctx, chAddr, db); err != nil {
-		tb.Fatal(err)
-	}
+	dsn := testenv.NewDatabase(tb)
+	chAddr, db := testenv.NewClickHouseDatabase(tb)
 	// The destinations' tables, created by the sinks as in the pipeline;
 	// the writes below are plain SQL.
+	var err error
 	if s.pool, err = pgxpool.New(ctx, dsn); err != nil {
 		tb.Fatal(err)
 	}
@@ -424,7 +413,7 @@ func TestBareEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	load := e2eLoad{Events: 4_000, Tenants: 20, Batch: 100, Clients: 4}
-	s, baseURL := startBare(t, ctx, fmt.Sprintf("fw_test_bare_%d_%d", os.Getpid(), time.Now().UnixNano()))
+	s, baseURL := startBare(t, ctx)
 	if _, err := runE2E(ctx, s, baseURL, load, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -14,13 +14,13 @@ import (
 
 // BenchmarkEndToEnd measures issue #5's figure: events per second from
 // ingest until all three destinations applied them, on the whole pipeline
-// as `fairway demo` assembles it (pipeline.go) against the real servers:
-// embedded JetStream with file storage in a temporary directory; fresh
-// PostgreSQL and ClickHouse databases named fairway_bench_e2e (never the
-// demo's fairway_demo); the ingest API on a loopback port; the dispatcher
-// and one sink runner per destination (postgres, clickhouse, b2b:partner
-// with the in-process partner receiver), all with the demo's
-// configuration. The demo's dashboard is not served.
+// as `fairway demo` runs it (internal/pipeline with demoConfig) against
+// the real servers, stood up by internal/testenv/pipelinetest: embedded
+// JetStream with file storage in a temporary directory; fresh PostgreSQL
+// and ClickHouse databases; the ingest API on a loopback port; the
+// dispatcher and one sink runner per destination (postgres, clickhouse,
+// b2b:partner with an in-process partner receiver). The demo's dashboard
+// is not served.
 //
 // Each iteration starts a fresh pipeline (untimed), then 4 HTTP clients
 // POST FAIRWAY_BENCH_E2E_EVENTS events (default 200,000; every one a new
@@ -47,8 +47,8 @@ import (
 // Run: FAIRWAY_BENCH_E2E_EVENTS=200000 go test -run '^$' -bench BenchmarkEndToEnd -benchtime 1x -timeout 30m ./cmd/fairway/
 func BenchmarkEndToEnd(b *testing.B) {
 	benchE2E(b, func(ctx context.Context, load e2eLoad) (e2eSystem, string, func() error) {
-		p, baseURL := e2ePipeline(b, ctx, "fairway_bench_e2e", load)
-		return pipelineSystem{p}, baseURL, func() error { return p.Close(ctx) }
+		p, baseURL := e2ePipeline(b, load)
+		return p, baseURL, func() error { return p.Close(ctx) }
 	})
 }
 
@@ -62,7 +62,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 // Run: go test -run '^$' -bench 'BenchmarkEndToEnd' -benchtime 1x -timeout 30m ./cmd/fairway/
 func BenchmarkEndToEndBare(b *testing.B) {
 	benchE2E(b, func(ctx context.Context, load e2eLoad) (e2eSystem, string, func() error) {
-		s, baseURL := startBare(b, ctx, "fairway_bench_bare")
+		s, baseURL := startBare(b, ctx)
 		return s, baseURL, func() error { s.stop(); return nil }
 	})
 }

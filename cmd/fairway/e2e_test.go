@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -22,16 +21,18 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
-	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/demo"
+	"github.com/fairwayhq/fairway/internal/testenv/pipelinetest"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
 )
 
-// This file drives a whole pipeline (pipeline.go) the way an upstream
-// system would: NDJSON batches POSTed to the ingest API by a few
-// concurrent clients with tenant tokens. BenchmarkEndToEnd measures it;
-// TestPipelineEndToEnd checks, with a small load, that the same run
-// delivers every event to every destination.
+// This file drives a whole pipeline (internal/pipeline, configured as the
+// demo configures it) the way an upstream system would: NDJSON batches
+// POSTed to the ingest API by a few concurrent clients with tenant
+// tokens. BenchmarkEndToEnd measures it; TestPipelineEndToEnd checks, with
+// a small load, that the same run delivers every event to every
+// destination.
 
 // e2eLoad is what the upstream system sends: Events events spread over
 // Tenants tenants, POSTed as NDJSON batches of Batch events by Clients
@@ -69,7 +70,7 @@ type e2eResult struct {
 }
 
 // e2eSystem is what runE2E loads and verifyE2E checks: fairway's
-// pipeline (pipelineSystem) or BenchmarkEndToEndBare's plain one.
+// pipeline (e2ePipe) or BenchmarkEndToEndBare's plain one.
 type e2eSystem interface {
 	// Token is tenant's bearer token for the ingest API.
 	Token(tenant string) string
@@ -93,22 +94,27 @@ type e2eStores struct {
 	Receiver                      *b2btest.Receiver
 }
 
-// pipelineSystem is fairway's pipeline as an e2eSystem.
-type pipelineSystem struct{ *pipeline }
-
-func (p pipelineSystem) Token(tenant string) string { return p.Tokens[tenant] }
-func (p pipelineSystem) Destinations() []string     { return p.Dests }
-func (p pipelineSystem) Applied(dest string) int64  { return p.Tracker.Total(dest) }
-func (p pipelineSystem) Stores() e2eStores {
-	return e2eStores{DSN: p.DSN, ClickHouseAddr: p.ClickHouseAddr, Database: p.Database, Receiver: p.Receiver}
+// e2ePipe is fairway's pipeline with the demo's configuration
+// (pipelinetest, demoConfig) as an e2eSystem: every tenant has the
+// partner, and Tracker counts what each destination applied.
+type e2ePipe struct {
+	*pipelinetest.Pipeline
+	Tracker  *demo.Tracker
+	Receiver *b2btest.Receiver
 }
 
-// e2ePipeline starts a pipeline on the databases named db (PostgreSQL and
-// ClickHouse; dropped and created now, dropped again at cleanup unless
-// FAIRWAY_KEEP_TEST_DB is set) with load's tenants, serves its ingest API
-// on a loopback port and returns the base URL. Its logs (info, as the
-// demo's) go to a temporary file that is kept, and named, when tb fails.
-func e2ePipeline(tb testing.TB, ctx context.Context, db string, load e2eLoad) (*pipeline, string) {
+func (p *e2ePipe) Token(tenant string) string { return p.Tokens[tenant] }
+func (p *e2ePipe) Destinations() []string     { return p.Dests }
+func (p *e2ePipe) Applied(dest string) int64  { return p.Tracker.Total(dest) }
+func (p *e2ePipe) Stores() e2eStores {
+	return e2eStores{DSN: p.DSN, ClickHouseAddr: p.ClickHouseAddr, Database: p.ClickHouseDatabase, Receiver: p.Receiver}
+}
+
+// e2ePipeline starts a pipeline with the demo's configuration and load's
+// tenants on fresh databases (pipelinetest), serves its ingest API on a
+// loopback port and returns the base URL. Its logs (info, as the demo's)
+// go to a temporary file that is kept, and named, when tb fails.
+func e2ePipeline(tb testing.TB, load e2eLoad) (*e2ePipe, string) {
 	tb.Helper()
 	logFile, err := os.CreateTemp("", "fairway-e2e-*.log")
 	if err != nil {
@@ -126,34 +132,14 @@ func e2ePipeline(tb testing.TB, ctx context.Context, db string, load e2eLoad) (*
 	if err != nil {
 		tb.Fatal(err)
 	}
-	admin, chAddr := testenv.DatabaseURL(), testenv.ClickHouseAddr()
-	cfg := pipelineConfig{AdminURL: admin, ClickHouseAddr: chAddr, Database: db,
-		Name: "e2e", Tenants: load.tenants(), Logger: log}
+	p := &e2ePipe{Tracker: demo.NewTracker()}
+	cfg := demoConfig("e2e", load.tenants(), log, p.Tracker)
 	if load.ClickHouseBatch > 0 {
-		cfg.DestBatchSize = map[string]int{tenancy.DestClickHouse: load.ClickHouseBatch}
+		cfg.Dispatcher.DestBatchSize = map[string]int{tenancy.DestClickHouse: load.ClickHouseBatch}
 	}
-	p, err := startPipeline(ctx, cfg)
-	if err != nil {
-		tb.Fatalf("start the pipeline: %v\n(PostgreSQL from DATABASE_URL, ClickHouse from CLICKHOUSE_ADDR: start both with `make services`, then `set -a; . .dev/services.env; set +a`)", err)
-	}
-	tb.Cleanup(func() {
-		if err := p.Close(context.Background()); err != nil {
-			tb.Errorf("pipeline: %v", err)
-		}
-		if os.Getenv("FAIRWAY_KEEP_TEST_DB") != "" {
-			tb.Logf("keeping PostgreSQL and ClickHouse databases %s", db)
-			return
-		}
-		if err := dropDatabases(context.Background(), admin, chAddr, db); err != nil {
-			tb.Logf("drop databases %s: %v", db, err)
-		}
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p.Serve(ln, p.Ingest.Handler())
-	return p, "http://" + ln.Addr().String()
+	p.Pipeline = pipelinetest.Start(tb, pipelinetest.Config{Pipeline: cfg, Partners: []pipelinetest.Partner{{Name: pipelinePartner}}})
+	p.Receiver = p.Receivers[pipelinePartner]
+	return p, p.IngestURL()
 }
 
 // runE2E posts load to the ingest API at baseURL and waits until every
@@ -348,36 +334,17 @@ func verifyE2E(ctx context.Context, sys e2eSystem, load e2eLoad) error {
 	return errors.Join(errs...)
 }
 
-// dropDatabases drops the PostgreSQL and ClickHouse databases named db.
-func dropDatabases(ctx context.Context, adminURL, chAddr, db string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return err
-	}
-	c, err := ch.Open(&ch.Options{Addr: []string{chAddr}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return c.Exec(ctx, "DROP DATABASE IF EXISTS "+db)
-}
-
 func TestPipelineEndToEnd(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	load := e2eLoad{Events: 4_000, Tenants: 20, Batch: 100, Clients: 4}
-	db := fmt.Sprintf("fw_test_e2e_%d", time.Now().UnixNano())
-	p, baseURL := e2ePipeline(t, ctx, db, load)
-	res, err := runE2E(ctx, pipelineSystem{p}, baseURL, load, 2*time.Minute)
+	p, baseURL := e2ePipeline(t, load)
+	res, err := runE2E(ctx, p, baseURL, load, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := verifyE2E(ctx, pipelineSystem{p}, load); err != nil {
+	if err := verifyE2E(ctx, p, load); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range p.Dests {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/testenv/pipelinetest"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b"
@@ -19,36 +21,35 @@ func TestPartnerAddedToARunningPipelineAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db := fmt.Sprintf("fw_test_live_%d", time.Now().UnixNano())
-	p, _ := e2ePipeline(t, ctx, db, e2eLoad{Tenants: 1})
+	p, _ := e2ePipeline(t, e2eLoad{Tenants: 1})
 	if _, err := p.Store.EnsureTenant(ctx, "late"); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := events.NewPublisher(p.JS)
-	if err != nil {
 		t.Fatal(err)
 	}
 	publish := func(id string) {
 		t.Helper()
-		r := pub.PublishOne(ctx, events.Event{Tenant: "late", ProductID: id, Version: 1, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)})
+		r := p.Publisher.PublishOne(ctx, events.Event{Tenant: "late", ProductID: id, Version: 1, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)})
 		if r.Err != nil {
 			t.Fatal(r.Err)
 		}
 	}
-	waitUntil := func(what string, d time.Duration, cond func() bool) time.Duration {
+	// products waits until the partner holds n of late's products.
+	products := func(what string, n int) {
 		t.Helper()
-		start := time.Now()
-		for !cond() {
-			if time.Since(start) > d {
-				t.Fatalf("%s: not within %v", what, d)
+		testenv.Eventually(t, 5*time.Second, what, func() error {
+			if got := p.Receiver.Products("late"); got != n {
+				return fmt.Errorf("the partner holds %d products of late", got)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		return time.Since(start)
+			return nil
+		})
 	}
 	// The dispatcher knows late's destinations: postgres and clickhouse.
 	publish("p1")
-	waitUntil("late's first event in postgres", time.Minute, func() bool { return p.Tracker.Applied("late", tenancy.DestPostgres) == 1 })
+	testenv.Eventually(t, time.Minute, "late's first event in postgres", func() error {
+		if n := p.Tracker.Applied("late", tenancy.DestPostgres); n != 1 {
+			return fmt.Errorf("postgres applied %d events of late", n)
+		}
+		return nil
+	})
 
 	pool, err := bootstrap.OpenPostgres(ctx, p.DSN)
 	if err != nil {
@@ -59,11 +60,13 @@ func TestPartnerAddedToARunningPipelineAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Add(ctx, b2b.Partner{Tenant: "late", Name: pipelinePartner, URL: p.Receiver.URL(), Secret: pipelineSecret, Enabled: true}); err != nil {
+	if _, err := reg.Add(ctx, b2b.Partner{Tenant: "late", Name: pipelinePartner, URL: p.Receiver.URL(), Secret: pipelinetest.PartnerSecret, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
-	took := waitUntil("the event at the new partner", 5*time.Second, func() bool { return p.Receiver.Products("late") == 1 })
+	added := time.Now()
+	products("the event at the new partner", 1)
+	took := time.Since(added)
 	publish("p2")
-	waitUntil("a new event at the new partner", 5*time.Second, func() bool { return p.Receiver.Products("late") == 2 })
+	products("a new event at the new partner", 2)
 	t.Logf("a partner added to a running pipeline got the tenant's event %v later", took.Round(time.Millisecond))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/status"
+	"github.com/fairwayhq/fairway/sinks"
 	"github.com/fairwayhq/fairway/sinks/b2b"
 	"github.com/fairwayhq/fairway/sinks/clickhouse"
 )
@@ -120,8 +121,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if c.Dest == "" {
 		return c, fmt.Errorf("--dest is required: %s", kind.Describe())
 	}
-	k, _, err := kind.Parse(c.Dest)
-	switch {
+	switch err := kind.Check(c.Dest); {
 	case err != nil:
 		return c, fmt.Errorf("--dest: %w", err)
 	case c.DatabaseURL == "":
@@ -140,7 +140,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if c.Listen == "" {
 		c.Listen = bootstrap.SinksListenDefault(c.Dest)
 	}
-	if n := kinds[k.Name].concurrency; n > 0 && !bootstrap.Changed(fs, "concurrency") {
+	if n := sinks.Concurrency(c.Dest); n > 0 && !bootstrap.Changed(fs, "concurrency") {
 		r.Concurrency = n
 	}
 	if c.ClickHouseFillWait == 0 {
@@ -154,8 +154,18 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	}
 	r.Dest = c.Dest
 	r.ShutdownGrace = c.ShutdownGrace
+	var err error
 	c.Tracing, err = bootstrap.TracingFromEnv(bootstrap.ServiceSinks, getenv)
 	return c, err
+}
+
+// sinkConfig is what the sink of c.Dest is opened with (sinks.Open).
+func (c Config) sinkConfig() sinks.Config {
+	return sinks.Config{
+		ClickHouse: clickhouse.Config{Addr: c.ClickHouseAddr, Database: c.ClickHouseDatabase, Linger: c.ClickHouseLinger,
+			GroupRows: c.ClickHouseGroupRows, FillRows: c.ClickHouseFillRows, FillWait: c.ClickHouseFillWait},
+		B2B: b2b.RegistryConfig{SecretKey: c.SecretKey, AllowInsecureHTTP: c.AllowInsecureHTTP},
+	}
 }
 
 // newLogger returns the logger of the process. It does not carry the

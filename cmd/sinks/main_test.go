@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/migrate"
-	"github.com/fairwayhq/fairway/internal/sink/kind"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -86,20 +85,6 @@ func TestParseConfig(t *testing.T) {
 	}
 	if c, err := parseConfig([]string{"--listen", ":7001"}, getenv, io.Discard); err != nil || c.Listen != ":7001" {
 		t.Errorf("--listen over FAIRWAY_SINKS_LISTEN: %q, %v", c.Listen, err)
-	}
-}
-
-// Every registered sink kind has a constructor here, and nothing else
-// does: adding a kind to internal/sink/kind without one fails.
-func TestEveryKindOpens(t *testing.T) {
-	t.Parallel()
-	for _, k := range kind.All() {
-		if sk, ok := kinds[k.Name]; !ok || sk.open == nil {
-			t.Errorf("kind %s has no constructor in cmd/sinks", k.Name)
-		}
-	}
-	if len(kinds) != len(kind.All()) {
-		t.Errorf("cmd/sinks opens %d kinds, the registry has %d", len(kinds), len(kind.All()))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/fairwayhq/fairway/sinks"
 	"github.com/fairwayhq/fairway/sinks/b2b"
 )
 
@@ -66,7 +67,7 @@ func run(ctx context.Context, cfg Config) error {
 	startCtx, cancel = context.WithTimeout(ctx, time.Minute) // the rest of the start, after the wait
 	defer cancel()
 	reg := bootstrap.NewRegistry()
-	s, closeSink, err := openSink(startCtx, cfg, pool, reg)
+	s, closeSink, err := sinks.Open(startCtx, cfg.Dest, sinks.Deps{Pool: pool, Registerer: reg, Logger: cfg.Runner.Logger}, cfg.sinkConfig())
 	if err != nil {
 		return err
 	}

@@ -135,20 +135,13 @@ func TestCluster(t *testing.T) {
 	// election the meta leader may not know every peer yet: retry.
 	ingest := connect(t, srvs[0].ClientURL(), "ingest")
 	var stream jetstream.Stream
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.Eventually(t, 15*time.Second, "ingest: create PRODUCTS R3", func() error {
 		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-		s, err := events.EnsureStream(sctx, ingest.js, events.StreamConfig{Replicas: 3})
-		scancel()
-		if err == nil {
-			stream = s
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ingest: create PRODUCTS R3: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond) // retry interval
-	}
+		defer scancel()
+		var err error
+		stream, err = events.EnsureStream(sctx, ingest.js, events.StreamConfig{Replicas: 3})
+		return err
+	})
 	if ci := stream.CachedInfo().Cluster; ci == nil || len(ci.Replicas) != 2 || ci.Leader == "" {
 		t.Fatalf("PRODUCTS is not R3: %+v", ci)
 	}
@@ -163,18 +156,14 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, "publisher-acme: publish on n2", func() error {
 		res := p.PublishOne(ctx, testEvent("acme", "sku-9", 4))
-		if res.Err == nil && res.Seq > 0 {
-			seq = res.Seq
-			break
+		if res.Err != nil || res.Seq == 0 {
+			return fmt.Errorf("%+v", res)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publisher-acme: publish on n2: %+v", res)
-		}
-		time.Sleep(100 * time.Millisecond) // retry interval
-	}
+		seq = res.Seq
+		return nil
+	})
 	pub.denyJSPublish("products.globex.upsert")
 	pub.denyPublish("work.postgres.acme")
 	pub.denyPublish("$JS.API.STREAM.CREATE.EVIL")
@@ -183,17 +172,13 @@ func TestCluster(t *testing.T) {
 	// a direct get, and a follower may not have applied it yet: poll.
 	disp := connect(t, srvs[2].ClientURL(), "dispatcher")
 	products := disp.stream(ctx, events.StreamName)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("dispatcher: direct get of seq %d", seq), func() error {
 		m, err := products.GetLastMsgForSubject(ctx, "products.acme.upsert")
-		if err == nil && m.Sequence == seq && strings.Contains(string(m.Data), `"sku-9"`) {
-			break
+		if err != nil || m.Sequence != seq || !strings.Contains(string(m.Data), `"sku-9"`) {
+			return fmt.Errorf("%v %+v", err, m)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatcher: direct get of seq %d: %v %+v", seq, err, m)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
+		return nil
+	})
 	disp.denyPublish("products.acme.upsert")
 
 	// The system account spans the cluster: every server answers.

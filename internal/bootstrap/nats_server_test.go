@@ -204,11 +204,12 @@ func TestAwaitStream(t *testing.T) {
 		s, err := bootstrap.AwaitStream(ctx, js, "OWNED", "the owner", log)
 		done <- result{s, err}
 	}()
-	if !testenv.WaitUntil(ctx, time.Now().Add(10*time.Second), func() bool {
-		return strings.Contains(logs.String(), "waiting for stream OWNED; the owner creates it")
-	}) {
-		t.Fatalf("no log line saying it waits; logs:\n%s", logs.String())
-	}
+	testenv.Eventually(t, 10*time.Second, "a log line saying it waits", func() error {
+		if !strings.Contains(logs.String(), "waiting for stream OWNED; the owner creates it") {
+			return fmt.Errorf("logs:\n%s", logs.String())
+		}
+		return nil
+	})
 	select {
 	case r := <-done:
 		t.Fatalf("returned before the stream existed: %v", r.err)
@@ -265,10 +266,12 @@ func TestConnectNATSKeepsReconnecting(t *testing.T) {
 
 	srv = usersServer(t, port, "changed") // svc's password no longer works
 	authLine := func() int { return strings.Count(strings.ToLower(logs.String()), "authorization violation") }
-	ctx := context.Background()
-	if !testenv.WaitUntil(ctx, time.Now().Add(15*time.Second), func() bool { return authLine() > 0 }) {
-		t.Fatalf("no reconnect failure with the server's reason logged:\n%s", logs.String())
-	}
+	testenv.Eventually(t, 15*time.Second, "a reconnect failure logged with the server's reason", func() error {
+		if authLine() == 0 {
+			return fmt.Errorf("logs:\n%s", logs.String())
+		}
+		return nil
+	})
 	time.Sleep(3 * time.Second) // several more refused attempts
 	if nc.IsClosed() {
 		t.Fatalf("the connection was closed after refused reconnects:\n%s", logs.String())
@@ -280,9 +283,12 @@ func TestConnectNATSKeepsReconnecting(t *testing.T) {
 	srv.WaitForShutdown()
 
 	usersServer(t, port, "pw")
-	if !testenv.WaitUntil(ctx, time.Now().Add(15*time.Second), nc.IsConnected) {
-		t.Fatalf("not reconnected within 15s of the server accepting the password again:\n%s", logs.String())
-	}
+	testenv.Eventually(t, 15*time.Second, "a reconnect once the server accepts the password again", func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("logs:\n%s", logs.String())
+		}
+		return nil
+	})
 	if !strings.Contains(logs.String(), "nats reconnected") {
 		t.Errorf("reconnect not logged:\n%s", logs.String())
 	}

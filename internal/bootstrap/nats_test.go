@@ -278,7 +278,12 @@ func TestDisconnectLogLevels(t *testing.T) {
 		t.Fatal(err)
 	}
 	bootstrap.DrainNATS(nc, 10*time.Second, log)
-	testenv.WaitUntil(context.Background(), time.Now().Add(10*time.Second), func() bool { return strings.Contains(buf.String(), "closed") })
+	testenv.Eventually(t, 10*time.Second, "the close logged", func() error {
+		if !strings.Contains(buf.String(), "closed") {
+			return errors.New(buf.String())
+		}
+		return nil
+	})
 	out := buf.String()
 	if !strings.Contains(out, `level=INFO msg="nats connection closed" name=closing`) || strings.Contains(out, "WARN") || strings.Contains(out, "err=") {
 		t.Errorf("clean close logged:\n%s", out)
@@ -292,7 +297,12 @@ func TestDisconnectLogLevels(t *testing.T) {
 	}
 	defer nc.Close()
 	other.Shutdown()
-	testenv.WaitUntil(context.Background(), time.Now().Add(10*time.Second), func() bool { return strings.Contains(buf.String(), "disconnected") })
+	testenv.Eventually(t, 10*time.Second, "the disconnect logged", func() error {
+		if !strings.Contains(buf.String(), "disconnected") {
+			return errors.New(buf.String())
+		}
+		return nil
+	})
 	if out := buf.String(); !strings.Contains(out, `level=WARN msg="nats disconnected" name=dropped err=`) {
 		t.Errorf("server gone logged:\n%s", out)
 	}

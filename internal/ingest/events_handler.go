@@ -56,7 +56,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 
 	// The whole (bounded) body is decoded before anything is published, so
 	// a 413 or a broken body means nothing of this request was stored.
-	var items []events.Item
+	var items []events.Decoded
 	for {
 		it, err := dec.Next()
 		if errors.Is(err, io.EOF) {

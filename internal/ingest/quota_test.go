@@ -245,13 +245,12 @@ func TestQuotaMaxBacklogRefusesUntilTheSlowestDestinationDispatches(t *testing.T
 	if err := f.store.SetCursor(ctx, "acme", "clickhouse", last-4); err != nil {
 		t.Fatal(err)
 	}
-	ok := testenv.WaitUntil(ctx, time.Now().Add(10*time.Second), func() bool {
-		resp, _ := r.postN(t, "acme", "b", 1)
-		return resp.StatusCode == http.StatusAccepted
+	testenv.Eventually(t, 10*time.Second, "a post accepted once the slowest destination dispatched half the backlog", func() error {
+		if resp, b := r.postN(t, "acme", "b", 1); resp.StatusCode != http.StatusAccepted {
+			return fmt.Errorf("%d %s", resp.StatusCode, b)
+		}
+		return nil
 	})
-	if !ok {
-		t.Fatal("still refused after the slowest destination dispatched half the backlog")
-	}
 	if !r.metric(t, `fairway_ingest_quota_refusals_total{quota="max_backlog"}`) {
 		t.Fatal("backlog refusals are not counted")
 	}
@@ -274,9 +273,12 @@ func TestQuotaMaxBacklogHoldsACSVImportUntilDispatched(t *testing.T) {
 	id := importID(t, b)
 	// The import stores a round of 5, then waits for them to be dispatched.
 	for _, want := range []uint64{5, 10, 12} {
-		if !testenv.WaitUntil(ctx, time.Now().Add(30*time.Second), func() bool { return f.msgs(t) == want }) {
-			t.Fatalf("stream holds %d, want %d", f.msgs(t), want)
-		}
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d events in the stream", want), func() error {
+			if n := f.msgs(t); n != want {
+				return fmt.Errorf("it holds %d", n)
+			}
+			return nil
+		})
 		time.Sleep(100 * time.Millisecond) // five counts of the backlog
 		if n := f.msgs(t); n != want {
 			t.Fatalf("stream holds %d with the backlog at its cap, want %d", n, want)
@@ -322,13 +324,13 @@ func TestQuotaChangeAppliesToARunningReplicaWithinASecond(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		var i int
-		if !testenv.WaitUntil(ctx, start.Add(5*time.Second), func() bool {
+		testenv.Eventually(t, 5*time.Second, what+" in force", func() error {
 			i++
-			resp, _ := f.postN(t, "globex", fmt.Sprint("p", i), 2)
-			return resp.StatusCode == status
-		}) {
-			t.Fatalf("%s: not in force after 5s", what)
-		}
+			if resp, _ := f.postN(t, "globex", fmt.Sprint("p", i), 2); resp.StatusCode != status {
+				return fmt.Errorf("answered %d, want %d", resp.StatusCode, status)
+			}
+			return nil
+		})
 		if took := time.Since(start); took > 2*time.Second {
 			t.Fatalf("%s took %s to be in force, want about 1s", what, took)
 		}

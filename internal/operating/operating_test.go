@@ -3,6 +3,7 @@ package operating
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -84,7 +85,7 @@ func TestOperatingIt(t *testing.T) {
 	}
 	t.Logf("start order (seed %d): %s", seed, strings.Join(order, ", "))
 
-	post := func(body string) { postEvents(ctx, t, ingestAddr, "acme", token, body) }
+	post := func(body string) { postEvents(ctx, t, ingestAddr, "acme", token, body, nil) }
 	post(`[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}},
 		{"product_id":"p2","version":1,"op":"upsert","payload":{"name":"Table"}},
 		{"product_id":"p1","version":2,"op":"upsert","payload":{"name":"Armchair"}},
@@ -100,48 +101,17 @@ func TestOperatingIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer chConn.Close()
-	// versions reads product → version with rows; nil while the sink has
-	// not created its table yet.
-	versions := func(query string, rows func(context.Context, string) (map[string]int64, error)) map[string]int64 {
-		m, err := rows(ctx, query)
+	// versions is acme's product → version of a *Versions read; nil while
+	// the sink has not created its table yet.
+	versions := func(m map[[2]string]int64, err error) map[string]int64 {
 		if err != nil {
 			return nil
 		}
-		return m
-	}
-	pgRows := func(ctx context.Context, q string) (map[string]int64, error) {
-		rows, err := pool.Query(ctx, q)
-		if err != nil {
-			return nil, err
+		out := map[string]int64{}
+		for k, v := range m {
+			out[k[1]] = v
 		}
-		defer rows.Close()
-		m := map[string]int64{}
-		for rows.Next() {
-			var p string
-			var v int64
-			if err := rows.Scan(&p, &v); err != nil {
-				return nil, err
-			}
-			m[p] = v
-		}
-		return m, rows.Err()
-	}
-	chRows := func(ctx context.Context, q string) (map[string]int64, error) {
-		rows, err := chConn.Query(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		m := map[string]int64{}
-		for rows.Next() {
-			var p string
-			var v int64
-			if err := rows.Scan(&p, &v); err != nil {
-				return nil, err
-			}
-			m[p] = v
-		}
-		return m, rows.Err()
+		return out
 	}
 	partnerHas := func(want map[string]int64) bool {
 		for p, v := range want {
@@ -152,8 +122,8 @@ func TestOperatingIt(t *testing.T) {
 		return true
 	}
 	applied := func(want map[string]int64, withPartner bool) string {
-		pg := versions("SELECT product_id, version FROM catalog.products WHERE tenant_id = 'acme'", pgRows)
-		chv := versions("SELECT product_id, version FROM products_latest FINAL WHERE tenant_id = 'acme'", chRows)
+		pg := versions(testenv.PostgresVersions(ctx, pool, "SELECT tenant_id, product_id, version FROM catalog.products WHERE tenant_id = 'acme'"))
+		chv := versions(testenv.ClickHouseVersions(ctx, chConn, "SELECT tenant_id, product_id, version FROM products_latest FINAL WHERE tenant_id = 'acme'"))
 		if !equal(pg, want) || !equal(chv, want) || (withPartner && !partnerHas(want)) {
 			return fmt.Sprintf("PostgreSQL %v, ClickHouse %v, partner has all: %v; want %v", pg, chv, partnerHas(want), want)
 		}
@@ -161,10 +131,12 @@ func TestOperatingIt(t *testing.T) {
 	}
 	waitFor := func(what string, d time.Duration, cond func() string) {
 		t.Helper()
-		var last string
-		if !testenv.WaitUntil(ctx, time.Now().Add(d), func() bool { last = cond(); return last == "" }) {
-			t.Fatalf("%s not within %s: %s", what, d, last)
-		}
+		testenv.Eventually(t, d, what, func() error {
+			if left := cond(); left != "" {
+				return errors.New(left)
+			}
+			return nil
+		})
 		t.Logf("%s: %s after the start", what, time.Since(began).Round(time.Millisecond))
 	}
 	waitFor("events applied in PostgreSQL, ClickHouse and at the partner", 45*time.Second, func() string {

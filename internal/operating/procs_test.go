@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // binDir holds the binaries every test of the package runs, built once
@@ -195,26 +196,42 @@ func run(t *testing.T, bin string, env []string, args ...string) string {
 	return stdout.String()
 }
 
-// postEvents posts body (a JSON array of events) for tenant to ingest at
-// addr, retrying while ingest does not listen yet (30 s at most), and
-// expects 202.
-func postEvents(ctx context.Context, t *testing.T, addr, tenant, token, body string) {
+// waitProduct waits until catalog.products in pool holds tenant's product.
+func waitProduct(ctx context.Context, t *testing.T, pool *pgxpool.Pool, tenant, product string) {
 	t.Helper()
-	if !testenv.WaitUntil(ctx, time.Now().Add(30*time.Second), func() bool {
+	testenv.Eventually(t, 30*time.Second, "the event in PostgreSQL", func() error {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM catalog.products WHERE tenant_id = $1 AND product_id = $2", tenant, product).Scan(&n); err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("%d rows of %s/%s", n, tenant, product)
+		}
+		return nil
+	})
+}
+
+// postEvents posts body (a JSON array of events) for tenant to ingest at
+// addr with header's fields too (nil: none), retrying while ingest does
+// not listen yet (30 s at most), and expects 202.
+func postEvents(ctx context.Context, t *testing.T, addr, tenant, token, body string, header http.Header) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, "ingest to take events", func() error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/tenants/"+tenant+"/events", strings.NewReader(body))
+		for k, vs := range header {
+			req.Header[k] = vs
+		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return false // ingest does not listen yet
+			return err // ingest does not listen yet
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("POST events: %d %s", resp.StatusCode, b)
 		}
-		return true
-	}) {
-		t.Fatal("ingest did not take events within 30s")
-	}
+		return nil
+	})
 }

@@ -74,14 +74,8 @@ func TestServicesStartInAnyOrder(t *testing.T) {
 					time.Sleep(500 * time.Millisecond) // it runs, alone with those before it
 				}
 			}
-			postEvents(ctx, t, ingestAddr, "acme", token, `[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}}]`)
-			if !testenv.WaitUntil(ctx, time.Now().Add(30*time.Second), func() bool {
-				var n int
-				err := pool.QueryRow(ctx, "SELECT count(*) FROM catalog.products WHERE tenant_id = 'acme' AND product_id = 'p1'").Scan(&n)
-				return err == nil && n == 1
-			}) {
-				t.Fatal("the event is not in PostgreSQL within 30s")
-			}
+			postEvents(ctx, t, ingestAddr, "acme", token, `[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}}]`, nil)
+			waitProduct(ctx, t, pool, "acme", "p1")
 			for i, name := range order {
 				w, ok := waits[name]
 				if !ok {

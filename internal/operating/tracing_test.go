@@ -2,8 +2,8 @@ package operating
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -60,39 +60,17 @@ func TestTracesFollowAnEventThroughTheServices(t *testing.T) {
 		"--listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)))
 	// The dispatcher follows the stream (its doorbell, which sees the
 	// events' trace contexts) once it says it runs.
-	if !testenv.WaitUntil(ctx, time.Now().Add(60*time.Second), func() bool {
-		return strings.Contains(dispatcher.out.String(), "dispatcher running")
-	}) {
-		t.Fatal("the dispatcher is not running within 60s")
-	}
+	testenv.Eventually(t, time.Minute, "the dispatcher running", func() error {
+		if !strings.Contains(dispatcher.out.String(), "dispatcher running") {
+			return errors.New("it has not said so")
+		}
+		return nil
+	})
 
 	const rid = "trace-test-1"
-	if !testenv.WaitUntil(ctx, time.Now().Add(30*time.Second), func() bool {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ingestAddr+"/v1/tenants/acme/events",
-			strings.NewReader(`[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}}]`))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Request-Id", rid)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false // ingest does not listen yet
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("POST events: %d %s", resp.StatusCode, b)
-		}
-		return true
-	}) {
-		t.Fatal("ingest did not take the event within 30s")
-	}
-	if !testenv.WaitUntil(ctx, time.Now().Add(30*time.Second), func() bool {
-		var n int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM catalog.products WHERE tenant_id = 'acme' AND product_id = 'p1'").Scan(&n)
-		return err == nil && n == 1
-	}) {
-		t.Fatal("the event is not in PostgreSQL within 30s")
-	}
+	postEvents(ctx, t, ingestAddr, "acme", token, `[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}}]`,
+		http.Header{"X-Request-Id": {rid}})
+	waitProduct(ctx, t, pool, "acme", "p1")
 	if n := recv.Requests(); n != 0 {
 		t.Fatalf("%d exports before the services stopped; the batching delay is an hour", n)
 	}

@@ -14,27 +14,19 @@ import (
 	"testing"
 	"time"
 
-	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairwayhq/fairway/internal/demo"
 	"github.com/fairwayhq/fairway/internal/dispatch"
-	"github.com/fairwayhq/fairway/internal/dlq"
-	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/pipeline"
 	"github.com/fairwayhq/fairway/internal/replay"
-	"github.com/fairwayhq/fairway/internal/sink"
 	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/internal/testenv/pipelinetest"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
-	"github.com/fairwayhq/fairway/sinks/b2b"
 	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
-	"github.com/fairwayhq/fairway/sinks/clickhouse"
-	"github.com/fairwayhq/fairway/sinks/postgres"
 )
 
 // pipeWait bounds every wait for the pipeline to reach a state.
@@ -42,22 +34,13 @@ const pipeWait = 60 * time.Second
 
 const pipePartner = "p1"
 
-var pipeDests = []string{tenancy.DestPostgres, tenancy.DestClickHouse, tenancy.DestB2BPrefix + pipePartner}
-
-// pipeline is the whole pipeline in one process, as runDemo wires it:
-// embedded JetStream, the dispatcher, one sink runner per destination on
-// real PostgreSQL, ClickHouse and an in-process partner receiver.
-type pipeline struct {
-	t        *testing.T
-	pool     *pgxpool.Pool
-	js       jetstream.JetStream
-	store    *tenancy.Store
-	pub      *events.Publisher
-	chConn   ch.Conn
-	chDB     string
-	receiver *b2btest.Receiver
-	tracker  *demo.Tracker
-	svc      *replay.Service
+// pipe is the whole pipeline in one process (pipelinetest) with a
+// partner p1 for every tenant, and the model of what it must hold.
+type pipe struct {
+	*pipelinetest.Pipeline
+	t       *testing.T
+	tracker *demo.Tracker
+	svc     *replay.Service
 
 	// model is what every destination must hold: per (tenant, product) the
 	// newest published event. keys counts distinct (tenant, product,
@@ -68,126 +51,37 @@ type pipeline struct {
 	seqs  map[string][]uint64
 }
 
-func startPipeline(t *testing.T, tenants []string) *pipeline {
+func startPipeline(t *testing.T, tenants []string) *pipe {
 	t.Helper()
-	ctx := context.Background()
-	pool, dsn := testenv.NewPool(t)
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	// Two slots per (tenant, destination): each slot counts its own
-	// fencing tokens, so a replayed batch on another slot must still get a
-	// new Nats-Msg-Id (this test found work.Item.MsgID lacking the slot).
-	store, err := tenancy.New(pool, &tenancy.Config{DefaultMaxSlots: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	chAddr, chDB := testenv.NewClickHouseDatabase(t)
-	chConn, err := ch.Open(&ch.Options{Addr: []string{chAddr}, Auth: ch.Auth{Database: chDB},
-		DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatalf("ClickHouse %s: %v", chAddr, err)
-	}
-	t.Cleanup(func() { _ = chConn.Close() })
-
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dlq.EnsureStream(ctx, js, dlq.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := events.NewPublisher(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	secret := []byte("replay-partner-secret-0123456789")
-	receiver := b2btest.New(t, b2btest.Options{Secret: secret})
-	partners, err := b2b.NewRegistry(pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tn := range tenants {
-		if _, err := store.EnsureTenant(ctx, tn); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := partners.Add(ctx, b2b.Partner{Tenant: tn, Name: pipePartner, URL: receiver.URL(), Secret: secret, Enabled: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	pg, err := postgres.New(ctx, &postgres.Config{Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Close)
-	chs, err := clickhouse.New(ctx, &clickhouse.Config{Addr: chAddr, Database: chDB})
-	if err != nil {
-		t.Fatalf("ClickHouse sink: %v", err)
-	}
-	t.Cleanup(func() { _ = chs.Close() })
-	bs, err := b2b.New(&b2b.Config{Registry: partners, Partner: pipePartner})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bs.Close)
-
-	reg := prometheus.NewRegistry()
 	tracker := demo.NewTracker()
-	// Small batches and a short poll: a replay becomes several work items,
-	// and the dispatcher notices a rewound cursor quickly.
-	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg, Partners: partners},
-		&dispatch.Config{Dests: pipeDests[:2], BatchSize: 25, PollInterval: 250 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	wg.Go(func() { errs <- d.Run(runCtx) })
-	for _, s := range []sink.Sink{pg, chs, bs} {
-		// Default AckWait (30 s): this test once found 30 s stalls, from
-		// fetches that stopped listening before the server's expiry.
-		r, err := runner.New(ctx, runner.Deps{JetStream: js, Sink: tracker.Wrap(s), Leases: store, Registry: reg},
-			&runner.Config{FetchWait: 100 * time.Millisecond})
-		if err != nil {
-			stop()
-			wg.Wait()
-			t.Fatal(err)
-		}
-		wg.Go(func() { errs <- r.Run(runCtx) })
-	}
-	// Registered last, so it runs first: the pipeline stops before the
-	// servers it uses.
-	t.Cleanup(func() {
-		stop()
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil && runCtx.Err() == nil {
-				t.Errorf("pipeline: %v", err)
-			}
-		}
+	pp := pipelinetest.Start(t, pipelinetest.Config{
+		Pipeline: pipeline.Config{
+			Tenants: tenants,
+			// Two slots per (tenant, destination): each slot counts its
+			// own fencing tokens, so a replayed batch on another slot must
+			// still get a new Nats-Msg-Id (work.Item.MsgID names the
+			// slot).
+			Tenancy: tenancy.Config{DefaultMaxSlots: 2},
+			// Small batches and a short poll: a replay becomes several
+			// work items, and the dispatcher notices a rewound cursor
+			// quickly.
+			Dispatcher: dispatch.Config{BatchSize: 25, PollInterval: 250 * time.Millisecond},
+			// Default AckWait (30 s): a fetch that stops listening before
+			// the server's expiry would stall a tenant that long.
+			Runner:   runner.Config{FetchWait: 100 * time.Millisecond},
+			WrapSink: tracker.Wrap,
+		},
+		Partners: []pipelinetest.Partner{{Name: pipePartner}},
 	})
-
-	return &pipeline{t: t, pool: pool, js: js, store: store, pub: pub, chConn: chConn, chDB: chDB,
-		receiver: receiver, tracker: tracker,
-		svc:   &replay.Service{Store: store, Pool: pool, JS: js, Reader: work.NewReader(nc, "")},
+	return &pipe{Pipeline: pp, t: t, tracker: tracker,
+		svc:   &replay.Service{Store: pp.Store, Pool: pp.Pool, JS: pp.JS, Reader: work.NewReader(pp.NC, "")},
 		model: map[[2]string]events.Event{}, keys: map[string]int{}, seqs: map[string][]uint64{}}
 }
 
 // publish stores evs in PRODUCTS and records them in the model.
-func (p *pipeline) publish(evs []events.Event) {
+func (p *pipe) publish(evs []events.Event) {
 	p.t.Helper()
-	res := p.pub.Publish(context.Background(), evs)
+	res := p.Publisher.Publish(context.Background(), evs)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, r := range res {
@@ -257,10 +151,10 @@ type snapshot struct {
 	B2B      map[[2]string]b2btest.Stored
 }
 
-func (p *pipeline) snapshot(ctx context.Context, tenants ...string) (snapshot, error) {
+func (p *pipe) snapshot(ctx context.Context, tenants ...string) (snapshot, error) {
 	s := snapshot{PG: map[[2]string]pgRow{}, CH: map[[2]string]chRow{}, CHEvents: map[string]uint64{},
 		CHLatest: map[string]uint64{}, B2B: map[[2]string]b2btest.Stored{}}
-	rows, err := p.pool.Query(ctx, `SELECT tenant_id, product_id, version, deleted, payload::text, updated_at, applied_at
+	rows, err := p.Pool.Query(ctx, `SELECT tenant_id, product_id, version, deleted, payload::text, updated_at, applied_at
 		FROM catalog.products WHERE tenant_id = ANY($1)`, tenants)
 	if err != nil {
 		return s, fmt.Errorf("read catalog.products: %w", err)
@@ -279,18 +173,18 @@ func (p *pipeline) snapshot(ctx context.Context, tenants ...string) (snapshot, e
 	}
 	for _, tn := range tenants {
 		var n uint64
-		q := fmt.Sprintf("SELECT count() FROM `%s`.product_events FINAL WHERE tenant_id = ?", p.chDB)
-		if err := p.chConn.QueryRow(ctx, q, tn).Scan(&n); err != nil {
+		q := fmt.Sprintf("SELECT count() FROM `%s`.product_events FINAL WHERE tenant_id = ?", p.ClickHouseDatabase)
+		if err := p.ClickHouse.QueryRow(ctx, q, tn).Scan(&n); err != nil {
 			return s, fmt.Errorf("count product_events: %w", err)
 		}
 		s.CHEvents[tn] = n
-		q = fmt.Sprintf("SELECT count() FROM `%s`.products_latest FINAL WHERE tenant_id = ?", p.chDB)
-		if err := p.chConn.QueryRow(ctx, q, tn).Scan(&n); err != nil {
+		q = fmt.Sprintf("SELECT count() FROM `%s`.products_latest FINAL WHERE tenant_id = ?", p.ClickHouseDatabase)
+		if err := p.ClickHouse.QueryRow(ctx, q, tn).Scan(&n); err != nil {
 			return s, fmt.Errorf("count products_latest: %w", err)
 		}
 		s.CHLatest[tn] = n
-		q = fmt.Sprintf("SELECT product_id, version, deleted, payload FROM `%s`.products_latest FINAL WHERE tenant_id = ?", p.chDB)
-		crows, err := p.chConn.Query(ctx, q, tn)
+		q = fmt.Sprintf("SELECT product_id, version, deleted, payload FROM `%s`.products_latest FINAL WHERE tenant_id = ?", p.ClickHouseDatabase)
+		crows, err := p.ClickHouse.Query(ctx, q, tn)
 		if err != nil {
 			return s, fmt.Errorf("read products_latest: %w", err)
 		}
@@ -307,8 +201,8 @@ func (p *pipeline) snapshot(ctx context.Context, tenants ...string) (snapshot, e
 		if err := crows.Err(); err != nil {
 			return s, err
 		}
-		q = fmt.Sprintf("SELECT product_id, max(version), count() FROM `%s`.product_events FINAL WHERE tenant_id = ? GROUP BY product_id", p.chDB)
-		crows, err = p.chConn.Query(ctx, q, tn)
+		q = fmt.Sprintf("SELECT product_id, max(version), count() FROM `%s`.product_events FINAL WHERE tenant_id = ? GROUP BY product_id", p.ClickHouseDatabase)
+		crows, err = p.ClickHouse.Query(ctx, q, tn)
 		if err != nil {
 			return s, fmt.Errorf("read product_events: %w", err)
 		}
@@ -336,7 +230,7 @@ func (p *pipeline) snapshot(ctx context.Context, tenants ...string) (snapshot, e
 		if !slices.Contains(tenants, k[0]) {
 			continue
 		}
-		if st, ok := p.receiver.Get(k[0], k[1]); ok {
+		if st, ok := p.Receivers[pipePartner].Get(k[0], k[1]); ok {
 			s.B2B[k] = st
 		}
 	}
@@ -345,7 +239,7 @@ func (p *pipeline) snapshot(ctx context.Context, tenants ...string) (snapshot, e
 
 // converged says what, if anything, the snapshot still lacks of the model
 // for tenants.
-func (p *pipeline) converged(s snapshot, tenants ...string) string {
+func (p *pipe) converged(s snapshot, tenants ...string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, tn := range tenants {
@@ -371,39 +265,7 @@ func (p *pipeline) converged(s snapshot, tenants ...string) string {
 	return ""
 }
 
-// quiet says why the pipeline is not yet quiet (nil: it is): no work item
-// waiting or out for any destination, no slot of any tenant held.
-func (p *pipeline) quiet(ctx context.Context) error {
-	for _, d := range pipeDests {
-		name := "sink-" + d
-		if d == pipeDests[2] {
-			name = "sink-b2b-" + pipePartner
-		}
-		c, err := p.js.Consumer(ctx, work.StreamName, name)
-		if err != nil {
-			return fmt.Errorf("consumer %s: %w", name, err)
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("consumer %s: %w", name, err)
-		}
-		if n := info.NumPending + uint64(info.NumAckPending); n > 0 {
-			return fmt.Errorf("%s has %d work items pending", name, n)
-		}
-	}
-	ps, err := p.store.PairStatuses(ctx, "")
-	if err != nil {
-		return err
-	}
-	for _, s := range ps {
-		if s.InUse > 0 {
-			return fmt.Errorf("%s/%s holds %d slots", s.Tenant, s.Dest, s.InUse)
-		}
-	}
-	return nil
-}
-
-func (p *pipeline) waitConverged(what string, tenants ...string) snapshot {
+func (p *pipe) waitConverged(what string, tenants ...string) snapshot {
 	p.t.Helper()
 	var s snapshot
 	ctx, cancel := context.WithTimeout(context.Background(), pipeWait)
@@ -416,14 +278,14 @@ func (p *pipeline) waitConverged(what string, tenants ...string) snapshot {
 		if left := p.converged(s, tenants...); left != "" {
 			return errors.New(left)
 		}
-		return p.quiet(ctx)
+		return p.Quiet(ctx)
 	})
 	return s
 }
 
-func (p *pipeline) applied(tenant string) map[string]int64 {
+func (p *pipe) applied(tenant string) map[string]int64 {
 	out := map[string]int64{}
-	for _, d := range pipeDests {
+	for _, d := range p.Dests {
 		out[d] = p.tracker.Applied(tenant, d)
 	}
 	return out
@@ -432,7 +294,7 @@ func (p *pipeline) applied(tenant string) map[string]int64 {
 // replayAll replays tenant to every destination from its first event and
 // waits until the replays are done, each destination applied the range
 // again and the pipeline is quiet.
-func (p *pipeline) replayAll(tenant string, during func()) {
+func (p *pipe) replayAll(tenant string, during func()) {
 	p.t.Helper()
 	ctx := context.Background()
 	before := p.applied(tenant)
@@ -447,8 +309,8 @@ func (p *pipeline) replayAll(tenant string, during func()) {
 			p.t.Errorf("replay %s/%s covers %d events, want %d", r.Tenant, r.Dest, r.Total, len(p.seqs[tenant]))
 		}
 	}
-	if slices.Sort(got); !slices.Equal(got, slices.Sorted(slices.Values(pipeDests))) {
-		p.t.Fatalf("replay all of %s started for %v, want %v", tenant, got, pipeDests)
+	if slices.Sort(got); !slices.Equal(got, slices.Sorted(slices.Values(p.Dests))) {
+		p.t.Fatalf("replay all of %s started for %v, want %v", tenant, got, p.Dests)
 	}
 	if during != nil {
 		during()
@@ -465,7 +327,7 @@ func (p *pipeline) replayAll(tenant string, during func()) {
 				return fmt.Errorf("replay %d (%s) is %s, %d/%d", r.ID, r.Dest, cur.State, cur.Done, cur.Total)
 			}
 		}
-		if err := p.quiet(wctx); err != nil {
+		if err := p.Quiet(wctx); err != nil {
 			return err
 		}
 		// Done and quiet: every re-dispatched batch was applied and its

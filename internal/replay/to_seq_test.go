@@ -196,9 +196,12 @@ func TestReplayToSeqThroughThePipeline(t *testing.T) {
 	}
 	waitApplied("first pass")
 	// Wait for the last release, so the cursor is at 31 when replaying.
-	for c, _ := store.Cursor(ctx, "acme", tenancy.DestPostgres); c != 31; c, _ = store.Cursor(ctx, "acme", tenancy.DestPostgres) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, time.Minute, "acme's postgres cursor at 31", func() error {
+		if c, err := store.Cursor(ctx, "acme", tenancy.DestPostgres); err != nil || c != 31 {
+			return fmt.Errorf("cursor %d (%v)", c, err)
+		}
+		return nil
+	})
 	svc := &replay.Service{Store: store, Pool: pool, JS: js, Reader: work.NewReader(nc, "")}
 	rs, err := svc.Start(ctx, replay.Request{Tenant: "acme", Dest: tenancy.DestPostgres, FromSeq: 6, ToSeq: 15})
 	if err != nil || rs[0].Total != 10 {

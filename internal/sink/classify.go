@@ -198,16 +198,6 @@ func match(err error, tables ...[]Rule) (Rule, bool) {
 	return Rule{}, false
 }
 
-// Rules returns the whole table Classify uses for s's errors, in order:
-// for documentation and for the tests that every row has a case.
-func Rules(s Sink) []Rule {
-	own := sinkRules(s)
-	out := make([]Rule, 0, len(judged)+len(own)+len(generic))
-	out = append(out, judged...)
-	out = append(out, own...)
-	return append(out, generic...)
-}
-
 // sinkRules returns the rows of s, or of the sink it wraps.
 func sinkRules(s Sink) []Rule {
 	for s != nil {

@@ -8,5 +8,6 @@
 // answer, the test fails with a message saying how to start it; it never
 // skips.
 //
-// Eventually is the tests' one way to wait for a state of those servers.
+// Eventually is the tests' one way to wait for a state of those servers;
+// pipelinetest is their one way to run the whole pipeline on them.
 package testenv

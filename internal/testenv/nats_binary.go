@@ -91,9 +91,6 @@ func (s *NATSBinaryServer) Stop() {
 	})
 }
 
-// Output is what the server has written so far.
-func (s *NATSBinaryServer) Output() string { return s.out.String() }
-
 // OldNATSServer starts Debian's nats-server (DebianNATSServer), a server
 // older than fairway's minimum, with JetStream storing into a temporary
 // directory, on a free loopback port. A test that needs it fails, saying

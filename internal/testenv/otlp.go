@@ -26,7 +26,6 @@ type OTLPReceiver struct {
 	mu       sync.Mutex
 	requests int
 	spans    []Span
-	changed  chan struct{} // closed and replaced at every export
 }
 
 // Span is one received span and the service.name of the resource that
@@ -39,7 +38,7 @@ type Span struct {
 // StartOTLPReceiver starts a receiver, closed at the end of the test.
 func StartOTLPReceiver(t testing.TB) *OTLPReceiver {
 	t.Helper()
-	r := &OTLPReceiver{changed: make(chan struct{})}
+	r := &OTLPReceiver{}
 	srv := httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL
@@ -84,8 +83,6 @@ func (r *OTLPReceiver) serve(w http.ResponseWriter, req *http.Request) {
 			}
 		}
 	}
-	close(r.changed)
-	r.changed = make(chan struct{})
 	r.mu.Unlock()
 	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
 	w.Header().Set("Content-Type", "application/x-protobuf")
@@ -104,13 +101,6 @@ func (r *OTLPReceiver) Spans() []Span {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Span(nil), r.spans...)
-}
-
-// Changed is closed at the next export request.
-func (r *OTLPReceiver) Changed() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.changed
 }
 
 // Attr returns the value of the span's attribute key, nil if it has none.

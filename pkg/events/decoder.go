@@ -81,8 +81,9 @@ type DecodeOptions struct {
 	Now func() time.Time
 }
 
-// Item is one decoded event or the reason it was rejected.
-type Item struct {
+// Decoded is what a Decoder made of one item of a body (an NDJSON line
+// or a JSON array element): its event, or the reason it was rejected.
+type Decoded struct {
 	// Index is the 0-based position of the item among the items of the
 	// body (blank NDJSON lines are not items).
 	Index int
@@ -149,11 +150,11 @@ func NewDecoder(r io.Reader, f Format, opts DecodeOptions) *Decoder {
 // (ErrMalformedJSON), ErrTooManyEvents, or the reader's error, wrapped so
 // errors.As finds it (*http.MaxBytesError, say). Items returned before the
 // error stay valid. After an error Next keeps returning it.
-func (d *Decoder) Next() (Item, error) {
+func (d *Decoder) Next() (Decoded, error) {
 	if d.err != nil {
-		return Item{}, d.err
+		return Decoded{}, d.err
 	}
-	var it Item
+	var it Decoded
 	var err error
 	switch d.format {
 	case FormatNDJSON:
@@ -165,23 +166,23 @@ func (d *Decoder) Next() (Item, error) {
 	}
 	if err != nil {
 		d.err = err
-		return Item{}, err
+		return Decoded{}, err
 	}
 	return it, nil
 }
 
 // newItem reserves the next index, enforcing MaxEvents.
-func (d *Decoder) newItem(line int) (Item, error) {
+func (d *Decoder) newItem(line int) (Decoded, error) {
 	if d.opts.MaxEvents > 0 && d.index >= d.opts.MaxEvents {
-		return Item{}, fmt.Errorf("%w: the limit is %d per request", ErrTooManyEvents, d.opts.MaxEvents)
+		return Decoded{}, fmt.Errorf("%w: the limit is %d per request", ErrTooManyEvents, d.opts.MaxEvents)
 	}
-	it := Item{Index: d.index, Line: line}
+	it := Decoded{Index: d.index, Line: line}
 	d.index++
 	return it, nil
 }
 
 // finish turns raw (a line or an element) into the item's event or error.
-func (d *Decoder) finish(it Item, raw []byte) Item {
+func (d *Decoder) finish(it Decoded, raw []byte) Decoded {
 	ev, hasTime, err := parseEvent(raw, true)
 	if err == nil {
 		err = d.complete(&ev, hasTime)
@@ -207,7 +208,7 @@ func (d *Decoder) complete(ev *Event, hasTime bool) error {
 	return ev.validate(d.opts.Limits, true) // the whole item passed json.Valid
 }
 
-func (d *Decoder) tooLong(it Item, n int64) Item {
+func (d *Decoder) tooLong(it Decoded, n int64) Decoded {
 	what := "element"
 	if it.Line > 0 {
 		what = "line"
@@ -221,11 +222,11 @@ func (d *Decoder) tooLong(it Item, n int64) Item {
 
 // --- NDJSON ---
 
-func (d *Decoder) nextLine() (Item, error) {
+func (d *Decoder) nextLine() (Decoded, error) {
 	for {
 		line, n, tooLong, err := d.readLine()
 		if err != nil {
-			return Item{}, err
+			return Decoded{}, err
 		}
 		d.line++
 		if !tooLong && len(bytes.TrimSpace(line)) == 0 {
@@ -233,7 +234,7 @@ func (d *Decoder) nextLine() (Item, error) {
 		}
 		it, err := d.newItem(d.line)
 		if err != nil {
-			return Item{}, err
+			return Decoded{}, err
 		}
 		if tooLong {
 			return d.tooLong(it, n), nil
@@ -290,10 +291,10 @@ var bom = []byte("\xef\xbb\xbf")
 
 // --- JSON array ---
 
-func (d *Decoder) nextElement() (Item, error) {
+func (d *Decoder) nextElement() (Decoded, error) {
 	switch d.state {
 	case arrayDone:
-		return Item{}, io.EOF
+		return Decoded{}, io.EOF
 	case arrayStart:
 		if b, err := d.br.Peek(3); err == nil && bytes.Equal(b, bom) {
 			_, _ = d.br.Discard(3)
@@ -301,52 +302,52 @@ func (d *Decoder) nextElement() (Item, error) {
 		}
 		c, err := d.nonSpace()
 		if err == io.EOF {
-			return Item{}, d.syntaxErr(d.off, "empty body; expected a JSON array of events")
+			return Decoded{}, d.syntaxErr(d.off, "empty body; expected a JSON array of events")
 		}
 		if err != nil {
-			return Item{}, err
+			return Decoded{}, err
 		}
 		if c != '[' {
-			return Item{}, d.syntaxErr(d.off-1, fmt.Sprintf("expected '[' to start the array of events, found %s", quoteByte(c)))
+			return Decoded{}, d.syntaxErr(d.off-1, fmt.Sprintf("expected '[' to start the array of events, found %s", quoteByte(c)))
 		}
 		d.state = arrayFirst
 	}
 	c, err := d.nonSpace()
 	if err != nil {
-		return Item{}, d.eofIsSyntax(err)
+		return Decoded{}, d.eofIsSyntax(err)
 	}
 	switch {
 	case c == ']' && d.state == arrayFirst:
-		return Item{}, d.end()
+		return Decoded{}, d.end()
 	case d.state == arrayNext && c == ']':
-		return Item{}, d.end()
+		return Decoded{}, d.end()
 	case d.state == arrayNext && c == ',':
 		if c, err = d.nonSpace(); err != nil {
-			return Item{}, d.eofIsSyntax(err)
+			return Decoded{}, d.eofIsSyntax(err)
 		}
 	case d.state == arrayNext:
-		return Item{}, d.syntaxErr(d.off-1, fmt.Sprintf("expected ',' or ']' after an element, found %s", quoteByte(c)))
+		return Decoded{}, d.syntaxErr(d.off-1, fmt.Sprintf("expected ',' or ']' after an element, found %s", quoteByte(c)))
 	}
 	switch c {
 	case ']', ',', '}', ':':
-		return Item{}, d.syntaxErr(d.off-1, fmt.Sprintf("expected an event, found %s", quoteByte(c)))
+		return Decoded{}, d.syntaxErr(d.off-1, fmt.Sprintf("expected an event, found %s", quoteByte(c)))
 	}
 	d.state = arrayNext
 	it, err := d.newItem(0)
 	if err != nil {
-		return Item{}, err
+		return Decoded{}, err
 	}
 	start := d.off - 1
 	n, tooLong, err := d.readValue(c)
 	if err != nil {
-		return Item{}, err
+		return Decoded{}, err
 	}
 	if tooLong {
 		return d.tooLong(it, n), nil
 	}
 	if !Valid(d.buf) {
 		pos, msg := syntaxError(d.buf)
-		return Item{}, d.syntaxErr(start+pos, fmt.Sprintf("element %d: %s", it.Index, msg))
+		return Decoded{}, d.syntaxErr(start+pos, fmt.Sprintf("element %d: %s", it.Index, msg))
 	}
 	return d.finish(it, d.buf), nil
 }

@@ -20,10 +20,10 @@ func opts() DecodeOptions {
 
 // decodeAll runs a Decoder to its end and returns the items and the final
 // error (nil when it was io.EOF).
-func decodeAll(t testing.TB, body string, f Format, o DecodeOptions) ([]Item, error) {
+func decodeAll(t testing.TB, body string, f Format, o DecodeOptions) ([]Decoded, error) {
 	t.Helper()
 	d := NewDecoder(strings.NewReader(body), f, o)
-	var items []Item
+	var items []Decoded
 	for {
 		it, err := d.Next()
 		if err == io.EOF {
@@ -43,7 +43,7 @@ func decodeAll(t testing.TB, body string, f Format, o DecodeOptions) ([]Item, er
 }
 
 // summary is "ok <product>" or the item error, one per item.
-func summary(items []Item) []string {
+func summary(items []Decoded) []string {
 	var out []string
 	for _, it := range items {
 		if it.Err != nil {
@@ -370,7 +370,7 @@ func TestDecoderReadError(t *testing.T) {
 		var ok int
 		var err error
 		for {
-			var it Item
+			var it Decoded
 			it, err = d.Next()
 			if err != nil {
 				break

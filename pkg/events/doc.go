@@ -30,10 +30,11 @@
 // # Ingest bodies
 //
 // A Decoder reads a request body, a JSON array (application/json) or NDJSON
-// (application/x-ndjson), one Item at a time without holding the body in
-// memory. A bad item is reported with its position and the rest still
-// decode; see Decoder for the exact rules (unknown fields are errors,
-// missing occurred_at means now, a broken JSON array ends the body).
+// (application/x-ndjson), one item at a time (a Decoded: the event or why
+// it was rejected) without holding the body in memory. A bad item is
+// reported with its position and the rest still decode; see Decoder for
+// the exact rules (unknown fields are errors, missing occurred_at means
+// now, a broken JSON array ends the body).
 //
 // # Publishing
 //

@@ -84,8 +84,8 @@ func invalid(field, format string, args ...any) *ValidationError {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// ItemError is a per-item decoding problem, reported in Item.Err. Its message
-// starts with where the item is: `line 3: version is required` for NDJSON,
+// ItemError is a per-item decoding problem, reported in Decoded.Err. Its
+// message starts with where the item is: `line 3: version is required` for NDJSON,
 // `element 2: ...` (0-based) for a JSON array. Use errors.As with
 // *ValidationError to get the reason without the position.
 type ItemError struct {

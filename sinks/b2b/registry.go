@@ -139,13 +139,10 @@ func (r *Registry) Update(ctx context.Context, tenant, name string, u Update) (P
 		if err := p.validate(r.allowHTTP); err != nil {
 			return err
 		}
-		out, err = r.scan(tx.QueryRow(ctx, `UPDATE fairway.partners SET url = $3, secret = $4, enabled = $5, timeout_ms = $6,
+		out, err = r.changeIn(ctx, tx, tenant, name, tenancy.PartnerChanged, `UPDATE fairway.partners SET url = $3, secret = $4, enabled = $5, timeout_ms = $6,
 			max_request_bytes = $7, ops = $8, signing = $9, updated_at = now() WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols,
-			tenant, name, p.URL, r.box.seal(tenant, name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing), false)
-		if err != nil {
-			return err
-		}
-		return tenancy.NotifyPartner(ctx, tx, tenant, name, tenancy.PartnerChanged)
+			p.URL, r.box.seal(tenant, name, p.Secret), p.Enabled, p.Timeout.Milliseconds(), p.MaxRequestBytes, opsArg(p.Ops), p.Signing)
+		return err
 	})
 	if err != nil {
 		return Partner{}, r.wrap("update", tenant, name, err)
@@ -175,14 +172,11 @@ func (r *Registry) RotateSecret(ctx context.Context, tenant, name string, secret
 		}
 		// The stored secret moves as it is: sealed or not, it is bound to
 		// the same tenant and partner.
-		out, err = r.scan(tx.QueryRow(ctx, `UPDATE fairway.partners SET secret = $3,
+		out, err = r.changeIn(ctx, tx, tenant, name, tenancy.PartnerChanged, `UPDATE fairway.partners SET secret = $3,
 			previous_secret = CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE secret END, previous_secret_until = $4,
 			updated_at = now() WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols,
-			tenant, name, r.box.seal(tenant, name, secret), untilArg), false)
-		if err != nil {
-			return err
-		}
-		return tenancy.NotifyPartner(ctx, tx, tenant, name, tenancy.PartnerChanged)
+			r.box.seal(tenant, name, secret), untilArg)
+		return err
 	})
 	if err != nil {
 		return Partner{}, r.wrap("rotate the secret of", tenant, name, err)
@@ -192,30 +186,40 @@ func (r *Registry) RotateSecret(ctx context.Context, tenant, name string, secret
 
 // SetEnabled enables or disables a partner.
 func (r *Registry) SetEnabled(ctx context.Context, tenant, name string, enabled bool) error {
-	return r.wrap("set enabled", tenant, name, r.change(ctx, tenant, name, tenancy.PartnerChanged,
-		`UPDATE fairway.partners SET enabled = $3, updated_at = now() WHERE tenant_id = $1 AND partner = $2`, enabled))
+	_, err := r.change(ctx, tenant, name, tenancy.PartnerChanged,
+		`UPDATE fairway.partners SET enabled = $3, updated_at = now() WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, enabled)
+	return r.wrap("set enabled", tenant, name, err)
 }
 
 // Remove deletes a partner.
 func (r *Registry) Remove(ctx context.Context, tenant, name string) error {
-	return r.wrap("remove", tenant, name, r.change(ctx, tenant, name, tenancy.PartnerRemoved,
-		`DELETE FROM fairway.partners WHERE tenant_id = $1 AND partner = $2`))
+	_, err := r.change(ctx, tenant, name, tenancy.PartnerRemoved,
+		`DELETE FROM fairway.partners WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols)
+	return r.wrap("remove", tenant, name, err)
 }
 
-// change runs sql ($1 tenant, $2 name, then args) on one partner and
-// notifies the change in the same transaction (tenancy.NotifyPartner);
-// pgx.ErrNoRows when there is no such partner.
-func (r *Registry) change(ctx context.Context, tenant, name, change, sql string, args ...any) error {
-	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sql, append([]any{tenant, name}, args...)...)
-		if err == nil && tag.RowsAffected() == 0 {
-			err = pgx.ErrNoRows
-		}
-		if err != nil {
-			return err
-		}
-		return tenancy.NotifyPartner(ctx, tx, tenant, name, change)
+// change runs sql ($1 tenant, $2 name, then args; RETURNING partnerCols)
+// on one partner and notifies the change in the same transaction
+// (tenancy.NotifyPartner with what). It returns the partner as sql left
+// it, without its secret; pgx.ErrNoRows when there is no such partner.
+func (r *Registry) change(ctx context.Context, tenant, name, what, sql string, args ...any) (Partner, error) {
+	var p Partner
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		p, err = r.changeIn(ctx, tx, tenant, name, what, sql, args...)
+		return err
 	})
+	return p, err
+}
+
+// changeIn is change within tx, for a change that reads the partner
+// first.
+func (r *Registry) changeIn(ctx context.Context, tx pgx.Tx, tenant, name, what, sql string, args ...any) (Partner, error) {
+	p, err := r.scan(tx.QueryRow(ctx, sql, append([]any{tenant, name}, args...)...), false)
+	if err != nil {
+		return Partner{}, err
+	}
+	return p, tenancy.NotifyPartner(ctx, tx, tenant, name, what)
 }
 
 // Get returns one partner with its secrets (decrypted); ErrUnknownPartner

@@ -20,7 +20,7 @@ func (r *Registry) SetTransform(ctx context.Context, tenant, name string, t Tran
 	if _, err := t.compile(); err != nil {
 		return Partner{}, err
 	}
-	p, err := r.update(ctx, tenant, name, `UPDATE fairway.partners SET filter_expr = $3, map_expr = $4, updated_at = now()
+	p, err := r.change(ctx, tenant, name, tenancy.PartnerChanged, `UPDATE fairway.partners SET filter_expr = $3, map_expr = $4, updated_at = now()
 		WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, exprArg(t.Filter), exprArg(t.Map))
 	if err != nil {
 		return Partner{}, r.wrap("set the transform of", tenant, name, err)
@@ -35,7 +35,7 @@ func (r *Registry) SetMaxEvents(ctx context.Context, tenant, name string, n int)
 	if n < 0 || n > MaxEventsMax {
 		return Partner{}, fmt.Errorf("%w: max events %d not in [0, %d]", ErrInvalidPartner, n, MaxEventsMax)
 	}
-	p, err := r.update(ctx, tenant, name, `UPDATE fairway.partners SET max_events = $3, updated_at = now()
+	p, err := r.change(ctx, tenant, name, tenancy.PartnerChanged, `UPDATE fairway.partners SET max_events = $3, updated_at = now()
 		WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, n)
 	if err != nil {
 		return Partner{}, r.wrap("set the batch size of", tenant, name, err)
@@ -51,7 +51,7 @@ func (r *Registry) SetRequestRate(ctx context.Context, tenant, name string, perS
 	if perSec < 0 || perSec > RequestsPerSecMax {
 		return Partner{}, fmt.Errorf("%w: requests per second %d not in [0, %d]", ErrInvalidPartner, perSec, RequestsPerSecMax)
 	}
-	p, err := r.update(ctx, tenant, name, `UPDATE fairway.partners SET requests_per_sec = $3, rate_tat = NULL, updated_at = now()
+	p, err := r.change(ctx, tenant, name, tenancy.PartnerChanged, `UPDATE fairway.partners SET requests_per_sec = $3, rate_tat = NULL, updated_at = now()
 		WHERE tenant_id = $1 AND partner = $2 RETURNING `+partnerCols, perSec)
 	if err != nil {
 		return Partner{}, r.wrap("set the request rate of", tenant, name, err)
@@ -86,21 +86,6 @@ func (r *Registry) TakeRequest(ctx context.Context, tenant, name string) (time.D
 		return 0, fmt.Errorf("take a request of partner %s/%s: %w", tenant, name, err)
 	}
 	return time.Duration(max(wait, 0) * float64(time.Second)), nil
-}
-
-// update runs sql ($1 tenant, $2 name, then args; RETURNING partnerCols)
-// on one partner, notifies the change in the same transaction and returns
-// the partner without its secret.
-func (r *Registry) update(ctx context.Context, tenant, name, sql string, args ...any) (Partner, error) {
-	var p Partner
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		var err error
-		if p, err = r.scan(tx.QueryRow(ctx, sql, append([]any{tenant, name}, args...)...), false); err != nil {
-			return err
-		}
-		return tenancy.NotifyPartner(ctx, tx, tenant, name, tenancy.PartnerChanged)
-	})
-	return p, err
 }
 
 func exprArg(s string) *string {

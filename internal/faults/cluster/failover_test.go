@@ -46,7 +46,6 @@ func TestNATSFailover(t *testing.T) {
 	testStart := time.Now()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	dsn := testenv.NewDatabase(t)
 	cl := startCluster(t)
 	admin, err := nats.Connect(cl.urls(), nats.Name("failover-test"), nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond))
@@ -62,9 +61,9 @@ func TestNATSFailover(t *testing.T) {
 	streams := []string{events.StreamName, work.StreamName, dlq.StreamName}
 	waitStreams(ctx, t, js, replicas, waitState, streams...)
 
-	p := startPipeline(t, cl.urls(), dsn, log)
 	tenants := []string{"acme", "globex", "initech", "umbrella", "hooli"}
-	c := p.newClient(t, tenants)
+	p := startPipeline(t, cl.urls(), log, tenants)
+	c := p.newClient()
 	l := newLedger()
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
 	defer stopTraffic()
@@ -142,12 +141,10 @@ func TestNATSFailover(t *testing.T) {
 	// and publishes that nobody answers pile up in ingest's JetStream
 	// context (they must time out, not stall ingest for good).
 	waitFailedPosts(t, l, failsBefore+3*len(tenants))
-	for time.Since(lost) < 12*time.Second {
-		time.Sleep(100 * time.Millisecond) // keep the outage going
-	}
+	time.Sleep(time.Until(lost.Add(12 * time.Second))) // keep the outage going
 	_, _, _, fails := l.counts()
 	t.Logf("fault 3: %d posts failed during the outage; %d publishes pending in ingest's JetStream context",
-		fails-failsBefore, p.ingestJS.PublishAsyncPending())
+		fails-failsBefore, p.IngestJS.PublishAsyncPending())
 	restarted := time.Now()
 	for _, i := range down {
 		cl.start(i)
@@ -179,7 +176,7 @@ func TestNATSFailover(t *testing.T) {
 	// Publishes nobody answered during the outage time out of ingest's
 	// JetStream context; none stays pending.
 	testenv.Eventually(t, waitState, "no publish pending in ingest's JetStream context", func() error {
-		if n := p.ingestJS.PublishAsyncPending(); n != 0 {
+		if n := p.IngestJS.PublishAsyncPending(); n != 0 {
 			return fmt.Errorf("%d publishes pending", n)
 		}
 		return nil
@@ -203,7 +200,7 @@ func TestNATSFailover(t *testing.T) {
 
 // restartNode restarts node i and logs how long until the node's replicas
 // are current again and every event accepted so far is applied.
-func restartNode(t *testing.T, cl *natsCluster, js jetstream.JetStream, p *pipeline, l *ledger, i int, streams []string) {
+func restartNode(t *testing.T, cl *natsCluster, js jetstream.JetStream, p *pipe, l *ledger, i int, streams []string) {
 	t.Helper()
 	start := time.Now()
 	cl.start(i)

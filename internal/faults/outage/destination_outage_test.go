@@ -44,14 +44,14 @@ func TestClickHouseDownAndPartner503(t *testing.T) {
 	baseTo := time.Now()
 	// Every destination is caught up with the baseline window before the
 	// outage, so that the window measures normal service only.
-	p.waitCaughtUp("caught up before the outage", seqsOf(p.sentSeqs()), p.all...)
+	p.waitCaughtUp("caught up before the outage", seqsOf(p.sentSeqs()), p.Dests...)
 
 	p.proxy.Down()
-	p.recv["down"].FailAlways(b2btest.Failure{Status: http.StatusServiceUnavailable})
+	p.Receivers["down"].FailAlways(b2btest.Failure{Status: http.StatusServiceUnavailable})
 	downAt := time.Now()   // both are down from here on
 	time.Sleep(destOutage) // the outage; traffic goes on
 	upAt := time.Now()     // both are down until here
-	p.recv["down"].Heal()
+	p.Receivers["down"].Heal()
 	p.proxy.Up()
 	beforeUp := p.sentSeqs()
 	t.Logf("ClickHouse down and partner \"down\" answering 503 for %s; %d events sent so far", upAt.Sub(downAt).Round(time.Millisecond), len(beforeUp))
@@ -119,7 +119,7 @@ func TestClickHouseDownAndPartner503(t *testing.T) {
 	}
 }
 
-func (p *pipeline) hasDest(tenant, dest string) bool { return slices.Contains(p.dests[tenant], dest) }
+func (p *pipe) hasDest(tenant, dest string) bool { return slices.Contains(p.dests[tenant], dest) }
 
 // appliedBetween counts dest's events first applied within (from, to).
 func (r *recorder) appliedBetween(dest string, from, to time.Time) int {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -115,19 +116,15 @@ func (s *pgServer) Start() {
 		s.t.Fatalf("pg_ctl start on port %d: %v\n%s\nserver log:\n%s", s.port, err, out, tail(string(logTail), 20))
 	}
 	s.alive = true
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
+	testenv.Eventually(s.t, time.Minute, fmt.Sprintf("the private PostgreSQL started to answer on port %d", s.port), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		c, err := pgx.Connect(ctx, s.URL())
-		if err == nil {
-			_ = c.Close(ctx)
-			return
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			s.t.Fatalf("private PostgreSQL started but does not answer on port %d: %v", s.port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return c.Close(ctx)
+	})
 }
 
 // Stop stops the server with mode ("fast": disconnect clients, checkpoint)

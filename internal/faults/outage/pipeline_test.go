@@ -14,24 +14,15 @@ import (
 	"testing"
 	"time"
 
-	ch "github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/dlq"
-	"github.com/fairwayhq/fairway/internal/migrate"
+	"github.com/fairwayhq/fairway/internal/pipeline"
 	"github.com/fairwayhq/fairway/internal/sink"
-	"github.com/fairwayhq/fairway/internal/sink/runner"
 	"github.com/fairwayhq/fairway/internal/testenv"
-	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/internal/testenv/pipelinetest"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/fairwayhq/fairway/sinks/b2b"
-	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
-	"github.com/fairwayhq/fairway/sinks/clickhouse"
-	"github.com/fairwayhq/fairway/sinks/postgres"
 )
 
 // waitLimit bounds every wait for the pipeline to reach a state. It is
@@ -55,24 +46,19 @@ type pipeConfig struct {
 	Reject map[string]func(b2b.BodyEvent) bool
 	// BeforeRun, if set, runs once the streams, tenants and sinks exist
 	// and before the dispatcher starts (to publish a backlog it finds).
-	BeforeRun func(*pipeline)
+	BeforeRun func(*pipe)
 }
 
-// pipeline is the whole pipeline in one process, as `fairway demo` wires it.
-type pipeline struct {
+// pipe is the whole pipeline in one process (pipelinetest), with what
+// the test sent and what every sink applied.
+type pipe struct {
+	*pipelinetest.Pipeline
 	t     *testing.T
-	pool  *pgxpool.Pool
-	store *tenancy.Store
-	js    jetstream.JetStream
-	pub   *events.Publisher
 	dlq   *dlq.Queue
-	ch    ch.Conn // straight to the server, for the checks
 	proxy *tcpProxy
-	recv  map[string]*b2btest.Receiver
 	rec   *recorder
 	logs  *logBuffer
 	dests map[string][]string // tenant → destinations
-	all   []string            // every destination
 
 	mu   sync.Mutex
 	sent []sentEvent
@@ -84,149 +70,54 @@ type sentEvent struct {
 	seq uint64
 }
 
-var partnerSecret = []byte("outage-partner-secret-0123456789")
-
-func startPipeline(t *testing.T, cfg pipeConfig) *pipeline {
+func startPipeline(t *testing.T, cfg pipeConfig) *pipe {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	logs := newLogBuffer(t)
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-
-	dsn := cfg.DSN
-	if dsn == "" {
-		dsn = testenv.NewDatabase(t)
-	}
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store, err := tenancy.New(pool, &tenancy.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	chAddr, chDB := testenv.NewClickHouseDatabase(t)
-	chConn, err := ch.Open(&ch.Options{Addr: []string{chAddr}, Auth: ch.Auth{Database: chDB},
-		DialTimeout: 10 * time.Second, ReadTimeout: time.Minute})
-	if err != nil {
-		t.Fatalf("ClickHouse %s: %v", chAddr, err)
-	}
-	t.Cleanup(func() { _ = chConn.Close() })
-	p := &pipeline{t: t, pool: pool, store: store, ch: chConn, recv: map[string]*b2btest.Receiver{},
-		rec: newRecorder(), logs: logs, dests: map[string][]string{}, next: map[string]int{}}
-	sinkAddr := chAddr
-	if cfg.CHProxy {
-		p.proxy = newTCPProxy(t, chAddr)
-		sinkAddr = p.proxy.Addr()
-	}
-
-	_, nc := testenv.NATS(t)
-	if p.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := events.EnsureStream(ctx, p.js, events.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := work.EnsureStream(ctx, p.js, work.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dlq.EnsureStream(ctx, p.js, dlq.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if p.dlq, err = dlq.Open(ctx, p.js, ""); err != nil {
-		t.Fatal(err)
-	}
-	if p.pub, err = events.NewPublisher(p.js); err != nil {
-		t.Fatal(err)
-	}
-
-	registry, err := b2b.NewRegistry(pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Registered before the pipeline's cleanup, so it runs after it: the
+	// summary holds the lines of the shutdown too.
+	t.Cleanup(logs.summary)
+	p := &pipe{t: t, rec: newRecorder(), logs: logs, dests: map[string][]string{}, next: map[string]int{}}
 	for _, tn := range cfg.Tenants {
-		if _, err := store.EnsureTenant(ctx, tn); err != nil {
-			t.Fatal(err)
-		}
 		p.dests[tn] = []string{tenancy.DestPostgres, tenancy.DestClickHouse}
 	}
-	p.all = []string{tenancy.DestPostgres, tenancy.DestClickHouse}
+	var partners []pipelinetest.Partner
 	for _, name := range slices.Sorted(maps.Keys(cfg.Partners)) {
-		r := b2btest.New(t, b2btest.Options{Secret: partnerSecret, Reject: cfg.Reject[name]})
-		p.recv[name] = r
-		dest := tenancy.DestB2BPrefix + name
-		p.all = append(p.all, dest)
+		partners = append(partners, pipelinetest.Partner{Name: name, Tenants: cfg.Partners[name], Reject: cfg.Reject[name]})
 		for _, tn := range cfg.Partners[name] {
-			if _, err := registry.Add(ctx, b2b.Partner{Tenant: tn, Name: name, URL: r.URL(), Secret: partnerSecret, Enabled: true}); err != nil {
-				t.Fatal(err)
-			}
-			p.dests[tn] = append(p.dests[tn], dest)
+			p.dests[tn] = append(p.dests[tn], tenancy.DestB2BPrefix+name)
 		}
 	}
-
-	pg, err := postgres.New(ctx, &postgres.Config{Pool: pool})
-	if err != nil {
+	hc := pipelinetest.Config{
+		DSN: cfg.DSN,
+		Pipeline: pipeline.Config{
+			Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			Tenants: cfg.Tenants,
+			// Production defaults everywhere: lease TTL, backoff, max
+			// attempts, breaker, AckWait, FetchWait.
+			Dispatcher: dispatch.Config{Holder: "outage-test"},
+			WrapSink:   p.rec.wrap,
+		},
+		Partners: partners,
+		BeforeRun: func(hp *pipelinetest.Pipeline) {
+			p.Pipeline = hp
+			if cfg.BeforeRun != nil {
+				cfg.BeforeRun(p)
+			}
+		},
+	}
+	if cfg.CHProxy {
+		hc.ClickHouseVia = func(addr string) string {
+			p.proxy = newTCPProxy(t, addr)
+			return p.proxy.Addr()
+		}
+	}
+	pipelinetest.Start(t, hc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var err error
+	if p.dlq, err = dlq.Open(ctx, p.JS, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pg.Close)
-	chs, err := clickhouse.New(ctx, &clickhouse.Config{Addr: sinkAddr, Database: chDB})
-	if err != nil {
-		t.Fatalf("ClickHouse sink: %v", err)
-	}
-	t.Cleanup(func() { _ = chs.Close() })
-	sinks := []sink.Sink{pg, chs}
-	for _, name := range slices.Sorted(maps.Keys(cfg.Partners)) {
-		bs, err := b2b.New(&b2b.Config{Registry: registry, Partner: name, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(bs.Close)
-		sinks = append(sinks, bs)
-	}
-
-	if cfg.BeforeRun != nil {
-		cfg.BeforeRun(p)
-	}
-	reg := prometheus.NewRegistry()
-	// Production defaults everywhere: lease TTL, backoff, max attempts,
-	// breaker, AckWait, FetchWait.
-	d, err := dispatch.New(dispatch.Deps{Store: store, NATS: nc, Registry: reg, Logger: log, Partners: registry},
-		&dispatch.Config{Holder: "outage-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	errs := make(chan error, 1+len(sinks))
-	wg.Go(func() { errs <- d.Run(runCtx) })
-	for _, s := range sinks {
-		r, err := runner.New(ctx, runner.Deps{JetStream: p.js, Sink: p.rec.wrap(s), Leases: store, Registry: reg},
-			&runner.Config{Logger: log})
-		if err != nil {
-			stop()
-			wg.Wait()
-			t.Fatal(err)
-		}
-		wg.Go(func() { errs <- r.Run(runCtx) })
-	}
-	// Registered after the servers' cleanups, so it runs before them: the
-	// pipeline stops before the servers it uses.
-	t.Cleanup(func() {
-		stop()
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Errorf("pipeline: %v", err)
-			}
-		}
-		logs.summary()
-	})
 	return p
 }
 
@@ -239,7 +130,7 @@ func event(tenant string, n int) events.Event {
 }
 
 // generate returns the next n events of tenant.
-func (p *pipeline) generate(tenant string, n int) []events.Event {
+func (p *pipe) generate(tenant string, n int) []events.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]events.Event, n)
@@ -252,8 +143,8 @@ func (p *pipeline) generate(tenant string, n int) []events.Event {
 
 // publish stores evs in PRODUCTS and records them as sent; it returns
 // their sequences.
-func (p *pipeline) publish(ctx context.Context, evs []events.Event) ([]uint64, error) {
-	res := p.pub.Publish(ctx, evs)
+func (p *pipe) publish(ctx context.Context, evs []events.Event) ([]uint64, error) {
+	res := p.Publisher.Publish(ctx, evs)
 	seqs := make([]uint64, len(res))
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -270,7 +161,7 @@ func (p *pipeline) publish(ctx context.Context, evs []events.Event) ([]uint64, e
 // traffic publishes perTick events of every tenant each tick until the
 // returned stop is called (or the test ends); stop waits for the last
 // publish.
-func (p *pipeline) traffic(tenants []string, tick time.Duration, perTick int) (stop func()) {
+func (p *pipe) traffic(tenants []string, tick time.Duration, perTick int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -298,14 +189,14 @@ func (p *pipeline) traffic(tenants []string, tick time.Duration, perTick int) (s
 	return stop
 }
 
-func (p *pipeline) sentCount() int {
+func (p *pipe) sentCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.sent)
 }
 
 // sentSeqs returns every event sent so far with its sequence.
-func (p *pipeline) sentSeqs() []sentEvent {
+func (p *pipe) sentSeqs() []sentEvent {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.sent)
@@ -317,7 +208,7 @@ type rejected map[string]map[uint64]bool
 
 // expected is what destination dest must hold after everything sent was
 // applied: the newest version per product, and every (product, version).
-func (p *pipeline) expected(dest string, rej rejected) (latest map[[2]string]int64, all map[string]bool) {
+func (p *pipe) expected(dest string, rej rejected) (latest map[[2]string]int64, all map[string]bool) {
 	latest, all = map[[2]string]int64{}, map[string]bool{}
 	for _, s := range p.sentSeqs() {
 		if rej[dest][s.seq] || !slices.Contains(p.dests[s.ev.Tenant], dest) {
@@ -368,24 +259,11 @@ func diffLatest(where string, want, got map[[2]string]int64) string {
 // partner's receiver, and the recorder (every sent event applied by every
 // destination of its tenant, or listed in rej). nil when all match, else
 // the first difference or the error that kept it from looking.
-func (p *pipeline) accounting(ctx context.Context, rej rejected) error {
+func (p *pipe) accounting(ctx context.Context, rej rejected) error {
 	// PostgreSQL.
 	want, _ := p.expected(tenancy.DestPostgres, rej)
-	got := map[[2]string]int64{}
-	rows, err := p.pool.Query(ctx, `SELECT tenant_id, product_id, version FROM catalog.products`)
+	got, err := testenv.PostgresVersions(ctx, p.Pool, `SELECT tenant_id, product_id, version FROM catalog.products`)
 	if err != nil {
-		return fmt.Errorf("read catalog.products: %w", err)
-	}
-	for rows.Next() {
-		var k [2]string
-		var v int64
-		if err := rows.Scan(&k[0], &k[1], &v); err != nil {
-			rows.Close()
-			return err
-		}
-		got[k] = v
-	}
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read catalog.products: %w", err)
 	}
 	if d := diffLatest("PostgreSQL catalog.products", want, got); d != "" {
@@ -394,7 +272,7 @@ func (p *pipeline) accounting(ctx context.Context, rej rejected) error {
 
 	// ClickHouse: every event once after FINAL, and the newest per product.
 	want, wantAll := p.expected(tenancy.DestClickHouse, rej)
-	crows, err := p.ch.Query(ctx, "SELECT tenant_id, product_id, version FROM product_events FINAL")
+	crows, err := p.ClickHouse.Query(ctx, "SELECT tenant_id, product_id, version FROM product_events FINAL")
 	if err != nil {
 		return fmt.Errorf("read product_events: %w", err)
 	}
@@ -422,22 +300,7 @@ func (p *pipeline) accounting(ctx context.Context, rej rejected) error {
 			return fmt.Errorf("ClickHouse product_events holds %s, which was not sent there", k)
 		}
 	}
-	got = map[[2]string]int64{}
-	crows, err = p.ch.Query(ctx, "SELECT tenant_id, product_id, version FROM products_latest FINAL")
-	if err != nil {
-		return fmt.Errorf("read products_latest: %w", err)
-	}
-	for crows.Next() {
-		var k [2]string
-		var v int64
-		if err := crows.Scan(&k[0], &k[1], &v); err != nil {
-			crows.Close()
-			return err
-		}
-		got[k] = v
-	}
-	crows.Close()
-	if err := crows.Err(); err != nil {
+	if got, err = testenv.ClickHouseVersions(ctx, p.ClickHouse, "SELECT tenant_id, product_id, version FROM products_latest FINAL"); err != nil {
 		return fmt.Errorf("read products_latest: %w", err)
 	}
 	if d := diffLatest("ClickHouse products_latest FINAL", want, got); d != "" {
@@ -445,7 +308,7 @@ func (p *pipeline) accounting(ctx context.Context, rej rejected) error {
 	}
 
 	// Every partner's receiver.
-	for name, r := range p.recv {
+	for name, r := range p.Receivers {
 		dest := tenancy.DestB2BPrefix + name
 		want, _ := p.expected(dest, rej)
 		got := map[[2]string]int64{}
@@ -478,34 +341,15 @@ func (p *pipeline) accounting(ctx context.Context, rej rejected) error {
 }
 
 // quiet says why the pipeline is not at rest (nil: it is): a work item
-// waiting or out, a slot lease not released (live or expired but not
-// swept), an orphaned batch waiting for re-dispatch.
-func (p *pipeline) quiet(ctx context.Context) error {
-	for _, d := range p.all {
-		name := "sink-" + strings.ReplaceAll(d, ":", "-")
-		c, err := p.js.Consumer(ctx, work.StreamName, name)
-		if err != nil {
-			return fmt.Errorf("consumer %s: %w", name, err)
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("consumer %s: %w", name, err)
-		}
-		if n := info.NumPending + uint64(info.NumAckPending); n > 0 {
-			return fmt.Errorf("%s has %d work items pending", name, n)
-		}
-	}
-	ps, err := p.store.PairStatuses(ctx, "")
-	if err != nil {
+// waiting or out, a slot held (pipelinetest.Pipeline.Quiet), a slot lease
+// not released (expired but not swept), an orphaned batch waiting for
+// re-dispatch.
+func (p *pipe) quiet(ctx context.Context) error {
+	if err := p.Quiet(ctx); err != nil {
 		return err
 	}
-	for _, s := range ps {
-		if s.InUse > 0 {
-			return fmt.Errorf("%s/%s holds %d slots", s.Tenant, s.Dest, s.InUse)
-		}
-	}
 	var held, orphans int
-	if err := p.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM fairway.slots WHERE expires_at IS NOT NULL),
+	if err := p.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM fairway.slots WHERE expires_at IS NOT NULL),
 		(SELECT count(*) FROM fairway.orphans)`).Scan(&held, &orphans); err != nil {
 		return fmt.Errorf("slots: %w", err)
 	}
@@ -518,7 +362,7 @@ func (p *pipeline) quiet(ctx context.Context) error {
 // waitDrained waits until every sent event is accounted for in every
 // destination and the pipeline is at rest, then checks the dead-letter
 // stream holds exactly rej.
-func (p *pipeline) waitDrained(what string, rej rejected) {
+func (p *pipe) waitDrained(what string, rej rejected) {
 	p.t.Helper()
 	wctx, wcancel := context.WithTimeout(context.Background(), waitLimit)
 	defer wcancel()
@@ -555,7 +399,7 @@ func (p *pipeline) waitDrained(what string, rej rejected) {
 			}
 		}
 	}
-	p.t.Logf("%s: %d events sent, all accounted for in %v; %d dead letters", what, p.sentCount(), p.all, len(letters))
+	p.t.Logf("%s: %d events sent, all accounted for in %v; %d dead letters", what, p.sentCount(), p.Dests, len(letters))
 }
 
 // --- recorder ---------------------------------------------------------

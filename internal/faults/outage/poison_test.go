@@ -48,7 +48,7 @@ func TestPoisonEvents(t *testing.T) {
 	var seqs []uint64
 	p := startPipeline(t, pipeConfig{Tenants: tenants, Partners: map[string][]string{"p1": tenants},
 		Reject: map[string]func(b2b.BodyEvent) bool{"p1": func(e b2b.BodyEvent) bool { return e.ProductID == poisonB2B }},
-		BeforeRun: func(p *pipeline) {
+		BeforeRun: func(p *pipe) {
 			evs = p.generate("acme", 38)
 			chPoison := event("acme", 0)
 			chPoison.ProductID, chPoison.OccurredAt = poisonCH, time.Date(1969, 7, 20, 20, 17, 40, 0, time.UTC)
@@ -110,7 +110,7 @@ func TestPoisonEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := p.js.Stream(ctx, dlq.StreamName)
+	stream, err := p.JS.Stream(ctx, dlq.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

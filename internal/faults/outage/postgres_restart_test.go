@@ -37,7 +37,7 @@ func TestPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, waitLimit, "the upload is being applied", func() error {
-		for _, d := range p.all {
+		for _, d := range p.Dests {
 			if !p.rec.isApplied(d, burstSeqs[0]) {
 				return errors.New(d + " has not started on the upload")
 			}
@@ -59,7 +59,7 @@ func TestPostgresRestart(t *testing.T) {
 
 	// Everything stored before the server came back is applied everywhere,
 	// by the same components: nobody restarted them.
-	p.waitCaughtUp("catching up after the restart", beforeUp, p.all...)
+	p.waitCaughtUp("catching up after the restart", beforeUp, p.Dests...)
 	// More traffic after the recovery, then drain.
 	n := p.sentCount()
 	testenv.Eventually(t, waitLimit, "traffic after the recovery", func() error {
@@ -74,7 +74,7 @@ func TestPostgresRestart(t *testing.T) {
 	if n := p.logs.count("tenancy: listener reconnected"); n == 0 {
 		t.Errorf("the dispatcher's LISTEN connection never reconnected: did the restart happen?")
 	}
-	for _, dest := range p.all {
+	for _, dest := range p.Dests {
 		first := time.Time{}
 		for _, c := range p.rec.callsOf(dest) {
 			if c.err == nil && c.start.After(upAt) {
@@ -96,10 +96,10 @@ func TestPostgresRestart(t *testing.T) {
 }
 
 // waitApplied waits until every destination applied at least n events.
-func (p *pipeline) waitApplied(what string, n int64) {
+func (p *pipe) waitApplied(what string, n int64) {
 	p.t.Helper()
 	testenv.Eventually(p.t, waitLimit, what, func() error {
-		for _, d := range p.all {
+		for _, d := range p.Dests {
 			if got := p.rec.appliedCount(d); got < n {
 				return fmt.Errorf("%s applied %d events, want %d", d, got, n)
 			}
@@ -118,7 +118,7 @@ func seqsOf(s []sentEvent) []uint64 {
 
 // waitCaughtUp waits until each of dests applied every one of seqs that
 // belongs to one of its tenants.
-func (p *pipeline) waitCaughtUp(what string, seqs []uint64, dests ...string) {
+func (p *pipe) waitCaughtUp(what string, seqs []uint64, dests ...string) {
 	p.t.Helper()
 	bySeq := map[uint64]string{}
 	for _, s := range p.sentSeqs() {

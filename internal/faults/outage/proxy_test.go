@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairwayhq/fairway/internal/testenv"
 )
 
 // tcpProxy forwards loopback connections to a target. Down takes the
@@ -116,19 +118,18 @@ func (p *tcpProxy) Down() {
 // Up listens again on the same address.
 func (p *tcpProxy) Up() {
 	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(p.t, 30*time.Second, "the proxy listening again on "+p.addr, func() error {
 		ln, err := net.Listen("tcp", p.addr)
-		if err == nil {
-			p.mu.Lock()
-			p.ln, p.down = ln, false
-			p.mu.Unlock()
-			p.wg.Go(func() { p.serve(ln) })
-			return
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return err
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+		if err != nil {
 			p.t.Fatalf("proxy: listen again on %s: %v", p.addr, err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		p.mu.Lock()
+		p.ln, p.down = ln, false
+		p.mu.Unlock()
+		p.wg.Go(func() { p.serve(ln) })
+		return nil
+	})
 }

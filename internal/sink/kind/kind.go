@@ -2,13 +2,13 @@
 // fairway delivers to (postgres, clickhouse, b2b:<partner>), with what the
 // rest of the system needs to know about each without importing its sink.
 // Destination validation (pkg/tenancy, internal/work), the dispatcher's
-// batch sizes and cmd/sinks read it; cmd/sinks maps each kind to the
-// constructor of its sink, and a sink's own error rows come with the sink
-// (internal/sink.Classifier).
+// batch sizes and cmd/sinks read it; package sinks (sinks/open.go) maps
+// each kind to the constructor of its sink, and a sink's own error rows
+// come with the sink (internal/sink.Classifier).
 //
 // Adding a kind adds its line to kinds below, its sink package under
-// sinks/, and its constructor in cmd/sinks (docs/sinks.md, "Writing a
-// sink").
+// sinks/, and its constructor in sinks/open.go (docs/sinks.md, "Writing
+// a sink").
 package kind
 
 import (
@@ -65,16 +65,6 @@ func (k Kind) Pattern() string {
 		return k.Name
 	}
 	return k.Name + ":<" + k.Instance + ">"
-}
-
-// Dest returns the destination of k's instance ("b2b", "erp" →
-// "b2b:erp"); instance is ignored for a kind without instances. It does
-// not validate; Parse does.
-func (k Kind) Dest(instance string) string {
-	if k.Instance == "" {
-		return k.Name
-	}
-	return k.Name + ":" + instance
 }
 
 // Describe lists the destinations for messages: "postgres, clickhouse or

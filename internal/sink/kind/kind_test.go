@@ -54,9 +54,6 @@ func TestParse(t *testing.T) {
 		if err := kind.Check(tc.dest); err != nil {
 			t.Errorf("Check(%q) = %v", tc.dest, err)
 		}
-		if got := k.Dest(inst); got != tc.dest {
-			t.Errorf("%+v.Dest(%q) = %q, want %q", k, inst, got, tc.dest)
-		}
 		if got := kind.BatchSize(tc.dest); got != tc.batch {
 			t.Errorf("BatchSize(%q) = %d, want %d", tc.dest, got, tc.batch)
 		}

@@ -112,9 +112,6 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, c *Config) (jet
 	return cons, nil
 }
 
-// Config returns the configuration in effect (defaults filled in).
-func (r *Runner) Config() Config { return *r.cfg }
-
 // Run fetches and applies work items until ctx ends, then shuts down in two
 // phases (see the package doc) and returns nil. It returns early only if the
 // consumer cannot be used at all.
