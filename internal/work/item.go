@@ -110,7 +110,6 @@ func (t *Times) At(i int) time.Time {
 // lists more is invalid. ReadItem reads them ReadChunk at a time.
 const SeqsMax = 1000
 
-
 // Validate checks the fields a sink relies on.
 func (it Item) Validate() error {
 	var errs []string
