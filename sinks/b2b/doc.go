@@ -26,8 +26,10 @@
 // counts as applied; the map's value takes the event's place in
 // Body.events; an event either fails on is a permanent record error
 // wrapping ErrTransform with CEL's message, and the rest of the batch is
-// delivered. transform_values.go reads the payload's fields in place
-// instead of decoding it, and a large batch is mapped on every core.
+// delivered. transform_values.go and transform_payload.go read the
+// payload's fields in place instead of decoding it, the fields the
+// expressions name in one pass, and a large batch is mapped on every
+// core.
 //
 // A batch is split into several requests when its body would exceed the
 // partner's max request size, or hold more than its MaxEvents (1: one

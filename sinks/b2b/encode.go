@@ -31,22 +31,24 @@ type encodedEvents struct {
 // transform is evaluated on up to GOMAXPROCS goroutines, each over a run
 // of the batch, since it costs several times the plain encoding.
 func encodeEvents(p *Partner, tr *transformer, env envelope, batch []sink.Record, idx []int) encodedEvents {
+	out := encodedEvents{recs: make([]sink.Record, 0, len(idx)), at: make([]int, 0, len(idx)),
+		enc: make([][]byte, 0, len(idx)), errs: make([]error, 0, len(idx))}
 	workers := 1
 	if tr != nil {
 		workers = max(1, min(runtime.GOMAXPROCS(0), len(idx)/encodeParallelMin))
 	}
 	if workers == 1 {
-		return encodeRun(p, tr, env, batch, idx)
+		return encodeRun(out, p, tr, env, batch, idx)
 	}
+	// Each goroutine fills its own window of out's arrays; the windows are
+	// then moved together in place.
 	parts := make([]encodedEvents, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := w*len(idx)/workers, (w+1)*len(idx)/workers
-		wg.Go(func() { parts[w] = encodeRun(p, tr, env, batch, idx[lo:hi]) })
+		wg.Go(func() { parts[w] = encodeRun(out.window(lo, hi), p, tr, env, batch, idx[lo:hi]) })
 	}
 	wg.Wait()
-	out := encodedEvents{recs: make([]sink.Record, 0, len(idx)), at: make([]int, 0, len(idx)),
-		enc: make([][]byte, 0, len(idx)), errs: make([]error, 0, len(idx))}
 	for _, part := range parts {
 		out.recs, out.at = append(out.recs, part.recs...), append(out.at, part.at...)
 		out.enc, out.errs = append(out.enc, part.enc...), append(out.errs, part.errs...)
@@ -55,17 +57,31 @@ func encodeEvents(p *Partner, tr *transformer, env envelope, batch []sink.Record
 	return out
 }
 
-// encodeRun is encodeEvents on one goroutine.
-func encodeRun(p *Partner, tr *transformer, env envelope, batch []sink.Record, idx []int) encodedEvents {
-	out := encodedEvents{recs: make([]sink.Record, 0, len(idx)), at: make([]int, 0, len(idx)), errs: make([]error, 0, len(idx))}
+// window returns the empty encodedEvents whose arrays are e's from lo to
+// hi, past e's own events.
+func (e encodedEvents) window(lo, hi int) encodedEvents {
+	return encodedEvents{recs: e.recs[lo:lo:hi], at: e.at[lo:lo:hi], enc: e.enc[lo:lo:hi], errs: e.errs[lo:lo:hi]}
+}
+
+// encodeRun is encodeEvents on one goroutine, appending to out, whose
+// arrays have room for idx.
+func encodeRun(out encodedEvents, p *Partner, tr *transformer, env envelope, batch []sink.Record, idx []int) encodedEvents {
 	// Every event is encoded into one buffer; ends[j] is where recs[j]'s
 	// JSON ends.
 	need := 0
-	for _, i := range idx {
-		need += eventSizeHint(&batch[i])
+	if n := tr.outputSizeHint(); n > 0 {
+		need = len(idx) * n
+	} else {
+		for _, i := range idx {
+			need += eventSizeHint(&batch[i])
+		}
 	}
 	encoded := make([]byte, 0, need)
 	ends := make([]int, 0, len(idx))
+	var ev *eventValue
+	if tr != nil {
+		ev = tr.newEvent()
+	}
 	for _, i := range idx {
 		r := &batch[i]
 		if !p.wants(r.Event.Op) {
@@ -77,7 +93,7 @@ func encodeRun(p *Partner, tr *transformer, env envelope, batch []sink.Record, i
 		case err != nil:
 		case tr != nil:
 			var keep bool
-			if encoded, keep, err = tr.apply(encoded, r); err == nil && !keep {
+			if encoded, keep, err = tr.apply(encoded, ev, r); err == nil && !keep {
 				out.filtered++
 				continue // dropped by the partner's filter: applied
 			}
@@ -92,13 +108,13 @@ func encodeRun(p *Partner, tr *transformer, env envelope, batch []sink.Record, i
 		}
 		out.recs, out.at, ends, out.errs = append(out.recs, *r), append(out.at, i), append(ends, len(encoded)), append(out.errs, err)
 	}
-	out.enc = make([][]byte, len(ends))
-	for j, end := range ends {
-		start := 0
-		if j > 0 {
-			start = ends[j-1]
-		}
-		out.enc[j] = encoded[start:end:end]
+	if tr != nil && len(ends) > 0 {
+		tr.outputSize.Store(int64(len(encoded) / len(ends)))
+	}
+	start := 0
+	for _, end := range ends {
+		out.enc = append(out.enc, encoded[start:end:end])
+		start = end
 	}
 	return out
 }

@@ -12,3 +12,9 @@ func (s *Sink) TransformErrors() float64 { return testutil.ToFloat64(s.m.transfo
 func (s *Sink) LogDropped(reason string) float64 {
 	return testutil.ToFloat64(s.m.logDropped.WithLabelValues(reason))
 }
+
+// BenchTransform is the typical transform of the benchmarks.
+var BenchTransform = benchTransform
+
+// CatalogPayload is the benchmarks' payload of the i-th product.
+var CatalogPayload = catalogPayload

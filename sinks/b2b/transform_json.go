@@ -47,6 +47,8 @@ func appendValue(b []byte, v ref.Val) ([]byte, error) {
 		return append(b, '"'), nil
 	case jsonObject:
 		return append(b, v.r.Raw...), nil
+	case *payloadObject:
+		return append(b, v.r.Raw...), nil
 	case jsonArray:
 		return append(b, v.r.Raw...), nil
 	case *types.Optional:
@@ -73,6 +75,18 @@ func appendValue(b []byte, v ref.Val) ([]byte, error) {
 		return append(b, ']'), nil
 	}
 	return b, fmt.Errorf("a value of type %s has no JSON", v.Type().TypeName())
+}
+
+// appendJSON appends to b what appendValue appends for jsonToVal(raw),
+// without making the CEL value.
+func appendJSON(b []byte, raw string) ([]byte, error) {
+	switch raw[0] {
+	case '"':
+		return appendString(b, jsonString(raw)), nil
+	case 't', 'f', 'n', '{', '[':
+		return append(b, raw...), nil
+	}
+	return appendFloat(b, jsonNumber(raw))
 }
 
 func appendObject(b []byte, m traits.Mapper) ([]byte, error) {

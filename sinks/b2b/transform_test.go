@@ -3,6 +3,7 @@ package b2b
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -92,7 +93,7 @@ func TestTransformApply(t *testing.T) {
 			if tc.op == events.OpDelete {
 				r.Event.Op, r.Event.Payload = events.OpDelete, nil
 			}
-			got, keep, err := tr.apply([]byte("x"), r)
+			got, keep, err := tr.apply([]byte("x"), tr.newEvent(), r)
 			if err != nil {
 				t.Fatalf("apply: %v", err)
 			}
@@ -103,6 +104,48 @@ func TestTransformApply(t *testing.T) {
 				t.Fatalf("apply = %q, keep %v; want x%s", got, keep, tc.want)
 			}
 		})
+	}
+}
+
+// One eventValue serves record after record: each gives what it gives
+// on its own, whatever came before it (a failure, an evaluation whose
+// cost CEL tracks, another payload).
+func TestTransformEventValueServesRecordAfterRecord(t *testing.T) {
+	t.Parallel()
+	tr, err := Transform{Filter: `has(event.payload.price)`,
+		Map: `{"sku": event.product_id, "p": event.payload.price * 2.0, "n": event.payload.name, "tags": event.payload.tags.map(t, t.upperAscii())}`}.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := tr.newEvent()
+	for range 2 {
+		for _, payload := range []string{transformPayload, `{"price":"x","tags":[]}`, `{"name":"no price"}`, `[1]`, `{"price":1,"name":"b","tags":["t"]}`} {
+			got, keep, err := tr.apply(nil, ev, transformRecord(payload))
+			want, wantKeep, wantErr := tr.apply(nil, tr.newEvent(), transformRecord(payload))
+			if string(got) != string(want) || keep != wantKeep || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+				t.Fatalf("%s: reused %s, %v, %v; fresh %s, %v, %v", payload, got, keep, err, want, wantKeep, wantErr)
+			}
+		}
+	}
+}
+
+// A payload may be any JSON value, with white space around it.
+func TestTransformPayloadNotAnObject(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ payload, mapping, want string }{
+		{" [3, \"x\"]\n", `{"first": event.payload[0], "n": event.payload.size(), "all": event.payload}`, "{\"first\":3,\"n\":2,\"all\":[3, \"x\"]\n}"},
+		{` "just text" `, `{"p": event.payload, "upper": event.payload.upperAscii()}`, `{"p":"just text","upper":"JUST TEXT"}`},
+		{"\t42 ", `[event.payload, event.payload + 1.0]`, `[42,43]`},
+		{` {"name": "spaced"} `, `{"n": event.payload.name, "all": event.payload}`, `{"n":"spaced","all":{"name": "spaced"} }`},
+	} {
+		tr, err := Transform{Map: tc.mapping}.compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := tr.apply(nil, tr.newEvent(), transformRecord(tc.payload))
+		if err != nil || string(got) != tc.want {
+			t.Fatalf("%s on %q = %s, %v; want %s", tc.mapping, tc.payload, got, err, tc.want)
+		}
 	}
 }
 
@@ -125,11 +168,15 @@ func TestTransformObjectPlanAgreesWithCEL(t *testing.T) {
 		if tr.object == nil {
 			t.Fatalf("%s: no object plan", mapping)
 		}
-		plain := *tr
-		plain.object = nil
+		env, _ := celEnv()
+		whole, err := compileExpr(env, "map", mapping, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := transformer{values: whole.prg}
 		r := transformRecord(transformPayload)
-		fast, _, fastErr := tr.apply(nil, r)
-		slow, _, slowErr := plain.apply(nil, transformRecord(transformPayload))
+		fast, _, fastErr := tr.apply(nil, tr.newEvent(), r)
+		slow, _, slowErr := plain.apply(nil, plain.newEvent(), transformRecord(transformPayload))
 		if (fastErr == nil) != (slowErr == nil) {
 			t.Fatalf("%s: plan error %v, CEL error %v", mapping, fastErr, slowErr)
 		}
@@ -159,6 +206,13 @@ func TestTransformErrorsArePermanentWithCELsMessage(t *testing.T) {
 		{name: "missing key", mapping: `{"price": event.payload.price}`, payload: `{"name":"x"}`, want: "no such key: price"},
 		{name: "wrong type", mapping: `{"cents": event.payload.price * 100.0}`, payload: `{"price":"12.99"}`, want: "no such overload"},
 		{name: "filter not bool at run time", filter: `event.payload.flag`, payload: `{"flag":"yes"}`, want: "want a bool"},
+		// A transform with both says which failed.
+		{name: "filter fails, with a map", filter: `event.payload.price > 0`, mapping: `{"c": int(event.payload.price * 100.0)}`,
+			payload: `{"price":"x"}`, want: "the partner's filter failed on the event: no such overload"},
+		{name: "filter not bool, with a map", filter: `event.payload.flag`, mapping: `{"c": event.payload.n * 2.0}`,
+			payload: `{"flag":"yes","n":1}`, want: "the partner's filter failed on the event: gave string, want a bool"},
+		{name: "map fails after the filter", filter: `event.op == "upsert"`, mapping: `{"c": int(event.payload.price * 100.0)}`,
+			payload: `{"price":"x"}`, want: "the partner's map failed on the event: no such overload"},
 		{name: "no JSON for NaN", mapping: `{"x": 0.0 / 0.0}`, payload: `{}`, want: "has no JSON"},
 		{name: "non-string key", mapping: `{1: "a"}`, payload: `{}`, want: "keys must be strings"},
 		{name: "too costly", mapping: `event.payload.tags.map(a, event.payload.tags.map(b, a + b)).size()`, payload: big, want: "cost limit exceeded"},
@@ -169,7 +223,7 @@ func TestTransformErrorsArePermanentWithCELsMessage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, keep, err := tr.apply([]byte("x"), transformRecord(tc.payload))
+			got, keep, err := tr.apply([]byte("x"), tr.newEvent(), transformRecord(tc.payload))
 			if !sink.IsPermanent(err) || !errors.Is(err, ErrTransform) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("apply error = %v; want a permanent ErrTransform saying %q", err, tc.want)
 			}

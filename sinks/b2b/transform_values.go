@@ -3,6 +3,8 @@ package b2b
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"cel.dev/cel-go/common/types"
@@ -12,15 +14,18 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/fairwayhq/fairway/internal/sink"
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // The values a Transform's expressions see. The event is read from the
 // record as it is, and its payload from its JSON bytes on demand: an
-// expression that reads three fields of the payload looks up three keys
-// (with gjson) instead of decoding the whole document, which would cost
-// more than the rest of the sink's work per event. Anything other than a
-// key or index lookup (iteration, equality, conversion) decodes the
-// document into CEL's own values first.
+// expression that reads three fields of the payload finds those three
+// (payloadObject, in one pass) instead of decoding the whole document,
+// which would cost more than the rest of the sink's work per event; a
+// field is selected through FindStringKey, without boxing its name, and a
+// map writes a selected field straight from its JSON (appendPath).
+// Anything other than a key or index lookup (iteration, equality,
+// conversion) decodes the document into CEL's own values first.
 
 const (
 	celTrue  = types.True
@@ -28,21 +33,56 @@ const (
 )
 
 // eventValue is the variable event: a CEL map of the fields of the
-// record's BodyEvent. It is also the activation that binds it.
+// record's BodyEvent. It is also the activation that binds it. One
+// eventValue serves one goroutine, bound to one record after another
+// (bind), so that evaluating an event allocates only the values it reads.
 type eventValue struct {
 	r       *sink.Record
 	payload ref.Val // the payload once read; nil before
+	obj     payloadObject
+	frame   *interpreter.ExecutionFrame // CEL's frame over e, see program.eval
 }
 
 var (
 	_ traits.Mapper          = (*eventValue)(nil)
 	_ interpreter.Activation = (*eventValue)(nil)
+	_ keyFinder              = (*eventValue)(nil)
 )
 
-func newEventValue(r *sink.Record) *eventValue { return &eventValue{r: r} }
+// keyFinder is a map of string keys that finds a key without boxing it.
+// CEL's interpreter selects fields through FindStringKey when a map has
+// it.
+type keyFinder interface {
+	FindStringKey(key string) (any, bool)
+}
+
+// finder is FindStringKey of the maps here, typed.
+type finder interface {
+	find(key string) (ref.Val, bool)
+}
+
+// newEventValue returns an eventValue whose payload object indexes keys
+// (see payloadObject).
+func newEventValue(keys []string) *eventValue {
+	e := &eventValue{obj: payloadObject{keys: keys, raw: make([]string, len(keys)), vals: make([]ref.Val, len(keys))}}
+	e.frame, _ = interpreter.NewExecutionFrame(e) // an error only for an input that is not an activation
+	return e
+}
+
+// bind makes e the event of r.
+func (e *eventValue) bind(r *sink.Record) *eventValue {
+	e.r, e.payload = r, nil
+	return e
+}
 
 // eventKeys are the fields of a BodyEvent, in its order.
 var eventKeys = []string{"seq", "product_id", "version", "op", "occurred_at", "payload"}
+
+// The values of event.op, boxed once.
+var (
+	celUpsert ref.Val = types.String(events.OpUpsert)
+	celDelete ref.Val = types.String(events.OpDelete)
+)
 
 func (e *eventValue) ResolveName(name string) (any, bool) {
 	if name == "event" {
@@ -53,11 +93,8 @@ func (e *eventValue) ResolveName(name string) (any, bool) {
 
 func (e *eventValue) Parent() interpreter.Activation { return nil }
 
-func (e *eventValue) Find(key ref.Val) (ref.Val, bool) {
-	k, ok := key.(types.String)
-	if !ok {
-		return types.MaybeNoSuchOverloadErr(key), false
-	}
+// find returns the field k of the event.
+func (e *eventValue) find(k string) (ref.Val, bool) {
 	ev := &e.r.Event
 	switch k {
 	case "seq":
@@ -67,6 +104,12 @@ func (e *eventValue) Find(key ref.Val) (ref.Val, bool) {
 	case "version":
 		return types.Int(ev.Version), true
 	case "op":
+		switch ev.Op {
+		case events.OpUpsert:
+			return celUpsert, true
+		case events.OpDelete:
+			return celDelete, true
+		}
 		return types.String(ev.Op), true
 	case "occurred_at":
 		return types.Timestamp{Time: ev.OccurredAt}, true
@@ -79,28 +122,74 @@ func (e *eventValue) Find(key ref.Val) (ref.Val, bool) {
 			// not changed while Apply runs, and no value read from it
 			// outlives the evaluation (apply copies the result into the
 			// request body).
-			e.payload = jsonToVal(gjson.Parse(unsafe.String(unsafe.SliceData(ev.Payload), len(ev.Payload))))
+			raw := unsafe.String(unsafe.SliceData(ev.Payload), len(ev.Payload))
+			switch i := jsonSkipSpace(raw, 0); raw[i] {
+			case '{':
+				e.obj.reset(gjson.Parse(raw))
+				e.payload = &e.obj
+			case '[':
+				// With the white space after it, which event.payload
+				// passed on whole keeps, as gjson does.
+				e.payload = jsonToVal(raw[i:])
+			default:
+				e.payload = jsonToVal(raw[i:jsonValueEnd(raw, i)])
+			}
 		}
 		return e.payload, true
 	}
 	return nil, false
 }
 
-func (e *eventValue) Get(key ref.Val) ref.Val {
-	if v, ok := e.Find(key); ok {
-		return v
-	} else if v != nil {
+// appendPath appends the JSON of event.<path> to b, as
+// appendValue(selectPath(e, path)) does, without making CEL values for
+// the usual selections: a string or int field of the event, a key of the
+// payload object.
+func (e *eventValue) appendPath(b []byte, path []string) ([]byte, error) {
+	switch {
+	case len(path) == 1 && path[0] == "product_id":
+		return appendString(b, e.r.Event.ProductID), nil
+	case len(path) == 1 && path[0] == "version":
+		return strconv.AppendInt(b, e.r.Event.Version, 10), nil
+	case len(path) == 2 && path[0] == "payload":
+		if p, _ := e.find("payload"); p == &e.obj {
+			if raw := e.obj.rawOf(path[1]); raw != "" {
+				return appendJSON(b, raw)
+			}
+		}
+	}
+	return appendValue(b, selectPath(e, path))
+}
+
+func (e *eventValue) FindStringKey(k string) (any, bool) { return e.find(k) }
+func (e *eventValue) Find(key ref.Val) (ref.Val, bool)   { return findKey(e, key) }
+func (e *eventValue) Get(key ref.Val) ref.Val            { return getKey(e, key) }
+func (e *eventValue) Contains(key ref.Val) ref.Val       { return containsKey(e, key) }
+
+// findKey is Mapper.Find of f: a key that is not a string is an error.
+func findKey[F finder](f F, key ref.Val) (ref.Val, bool) {
+	k, ok := key.(types.String)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(key), false
+	}
+	return f.find(string(k))
+}
+
+// getKey is Mapper.Get of f: the value, or CEL's error for a missing key.
+func getKey[F finder](f F, key ref.Val) ref.Val {
+	v, found := findKey(f, key)
+	if found || v != nil {
 		return v
 	}
 	return types.NewErr("no such key: %v", key)
 }
 
-func (e *eventValue) Contains(key ref.Val) ref.Val {
-	v, ok := e.Find(key)
-	if !ok && v != nil {
+// containsKey is Mapper.Contains of f.
+func containsKey[F finder](f F, key ref.Val) ref.Val {
+	v, found := findKey(f, key)
+	if !found && v != nil {
 		return v
 	}
-	return types.Bool(ok)
+	return types.Bool(found)
 }
 
 // native is the event as CEL's own map, for the rare operations that are
@@ -108,7 +197,7 @@ func (e *eventValue) Contains(key ref.Val) ref.Val {
 func (e *eventValue) native() ref.Val {
 	m := make(map[string]ref.Val, len(eventKeys))
 	for _, k := range eventKeys {
-		if v, ok := e.Find(types.String(k)); ok {
+		if v, ok := e.find(k); ok {
 			m[k] = v
 		}
 	}
@@ -131,25 +220,40 @@ func (e *eventValue) Equal(other ref.Val) ref.Val      { return e.native().Equal
 func (e *eventValue) Type() ref.Type                   { return types.MapType }
 func (e *eventValue) Value() any                       { return e.native().Value() }
 
-// jsonToVal is the CEL value of one JSON value: objects and arrays stay
-// JSON until something other than a lookup needs them.
-func jsonToVal(r gjson.Result) ref.Val {
-	switch r.Type {
-	case gjson.String:
-		return types.String(r.Str)
-	case gjson.Number:
-		return types.Double(r.Num)
-	case gjson.True:
+// jsonToVal is the CEL value of raw, the text of one valid JSON value:
+// objects and arrays stay JSON until something other than a lookup needs
+// them.
+func jsonToVal(raw string) ref.Val {
+	switch raw[0] {
+	case '"':
+		return types.String(jsonString(raw))
+	case 't':
 		return types.True
-	case gjson.False:
+	case 'f':
 		return types.False
-	case gjson.Null:
+	case 'n':
 		return types.NullValue
+	case '{':
+		return jsonObject{gjson.Parse(raw)}
+	case '[':
+		return jsonArray{gjson.Parse(raw)}
 	}
-	if r.IsArray() {
-		return jsonArray{r}
+	return types.Double(jsonNumber(raw))
+}
+
+// jsonString is the text of raw, a JSON string.
+func jsonString(raw string) string {
+	if s := raw[1 : len(raw)-1]; strings.IndexByte(s, '\\') < 0 {
+		return s
 	}
-	return jsonObject{r}
+	return gjson.Parse(raw).Str
+}
+
+// jsonNumber is the value of raw, a JSON number, as a double (±Inf when
+// it is beyond a double's range).
+func jsonNumber(raw string) float64 {
+	f, _ := strconv.ParseFloat(raw, 64)
+	return f
 }
 
 // decodeJSON decodes raw into CEL's own values (numbers as doubles).
@@ -167,15 +271,15 @@ func decodeJSON(raw string) ref.Val {
 // few keys a mapping reads).
 type jsonObject struct{ r gjson.Result }
 
-var _ traits.Mapper = jsonObject{}
+var (
+	_ traits.Mapper = jsonObject{}
+	_ keyFinder     = jsonObject{}
+)
 
-func (o jsonObject) Find(key ref.Val) (ref.Val, bool) {
-	k, ok := key.(types.String)
-	if !ok {
-		return types.MaybeNoSuchOverloadErr(key), false
-	}
-	var found gjson.Result
+// lookup returns the JSON value of key k; not Exists when absent.
+func (o jsonObject) lookup(k string) gjson.Result {
 	if k == "" { // not a gjson path
+		var found gjson.Result
 		o.r.ForEach(func(name, value gjson.Result) bool {
 			if name.Str == "" {
 				found = value
@@ -183,31 +287,22 @@ func (o jsonObject) Find(key ref.Val) (ref.Val, bool) {
 			}
 			return true
 		})
-	} else {
-		found = o.r.Get(gjson.Escape(string(k)))
+		return found
 	}
-	if !found.Exists() {
-		return nil, false
-	}
-	return jsonToVal(found), true
+	return o.r.Get(gjson.Escape(k))
 }
 
-func (o jsonObject) Get(key ref.Val) ref.Val {
-	if v, ok := o.Find(key); ok {
-		return v
-	} else if v != nil {
-		return v
+func (o jsonObject) find(k string) (ref.Val, bool) {
+	if r := o.lookup(k); r.Exists() {
+		return jsonToVal(r.Raw), true
 	}
-	return types.NewErr("no such key: %v", key)
+	return nil, false
 }
 
-func (o jsonObject) Contains(key ref.Val) ref.Val {
-	v, ok := o.Find(key)
-	if !ok && v != nil {
-		return v
-	}
-	return types.Bool(ok)
-}
+func (o jsonObject) FindStringKey(k string) (any, bool) { return o.find(k) }
+func (o jsonObject) Find(key ref.Val) (ref.Val, bool)   { return findKey(o, key) }
+func (o jsonObject) Get(key ref.Val) ref.Val            { return getKey(o, key) }
+func (o jsonObject) Contains(key ref.Val) ref.Val       { return containsKey(o, key) }
 
 func (o jsonObject) Size() ref.Val {
 	n := 0
@@ -248,7 +343,7 @@ func (a jsonArray) Get(index ref.Val) ref.Val {
 	if i < 0 || !found.Exists() {
 		return types.NewErr("index out of range: %d", i)
 	}
-	return jsonToVal(found)
+	return jsonToVal(found.Raw)
 }
 
 func (a jsonArray) Size() ref.Val {
