@@ -84,7 +84,10 @@
 //     of the N tenants' quanta. A key blocked or parked while it waits on
 //     the new-flows list returns to it when eligible again, if it still
 //     has credit for the round then; one blocked after a grant from it
-//     returns to it only within the same round, with what it has left.
+//     returns to it within the same round with what it has left, and in
+//     a later round as if it had gone idle: a small tenant whose one slot
+//     is busy when its next event comes is still a sparse flow when the
+//     slot is freed, however long the floods' round.
 //
 //   - No gain from going idle. RFC 8290 moves a queue emptied on the new
 //     list to the tail of the old list instead of forgetting it, so that a

@@ -327,6 +327,13 @@ func (s *Scheduler) setOut(k Key, on bool, flag func(*flow) *bool, count *int) {
 		return
 	}
 	*count--
+	if f.fromNew && f.lastRound != s.round {
+		// Blocked after a grant from the new-flows list (a small tenant
+		// at its one slot) and eligible again in a later round: a sparse
+		// flow still, as if it had gone idle, with the new round's
+		// quantum to spend there (if it is not in debt).
+		f.activated = true
+	}
 	s.requeue(f, false)
 }
 

@@ -878,6 +878,25 @@ func TestNewFlowFirst(t *testing.T) {
 			credit: func(q int64) int64 { return q },
 		},
 		{
+			// A small tenant at its one slot: the slot is freed after the
+			// round has moved on. Its next event is still a sparse
+			// flow's, served first with the new round's quantum.
+			name: "slot taken when granted as a new flow, freed a round later",
+			prepare: func(t *testing.T, e env) func() {
+				e.s.SetBacklog(key("x"), 1, weightX)
+				if g, ok := e.s.Next(); !ok || g.Key.Tenant != "x" {
+					t.Fatalf("x not granted at once as a new flow: %+v", g)
+				}
+				e.s.SetBlocked(key("x"), true)
+				if err := e.s.Done(key("x"), 0, 0); err != nil {
+					t.Fatal(err)
+				}
+				e.d.run(e.round + 1)
+				return func() { e.s.SetBlocked(key("x"), false) }
+			},
+			credit: func(q int64) int64 { return q },
+		},
+		{
 			name: "spent this round's quantum",
 			prepare: func(t *testing.T, e env) func() {
 				serveX(t, e.s, e.d, e.quantum)
