@@ -547,11 +547,12 @@ func TestNewTenantsCutFromTheIndex(t *testing.T) {
 
 // Tenants whose backlogs interleave event by event (catalogs imported at
 // once): each batch's range holds the others' events, so its item lists
-// its sequences (up to work.SeqsMax) and the sink reads them without
-// headers: two tenants' batches span twice their count, and the sink reads
-// the range, keeping the listed events; twenty tenants' span twenty times
-// their count, and the sink looks each listed sequence up. Neither makes
-// the server scan the range with a subject filter.
+// its sequences and the sink reads them without headers: two tenants'
+// batches span twice their count, and the sink reads the range, keeping
+// the listed events (up to work.SeqsMax); twenty tenants' small batches
+// (work.SeqsSmall) span twenty times their count, and the sink looks each
+// listed sequence up. Neither makes the server scan the range with a
+// subject filter.
 func TestInterleavedBatchesListed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -561,7 +562,7 @@ func TestInterleavedBatchesListed(t *testing.T) {
 		rangeReadMin int // items the sink reads as their whole range
 	}{
 		{"two tenants", 2, 1200, 200, 12},
-		{"twenty tenants", 20, 150, 100, 0},
+		{"twenty tenants", 20, 150, work.SeqsSmall, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

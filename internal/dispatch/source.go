@@ -297,16 +297,16 @@ func caughtUp(source string, pending uint64, backDone bool) bool {
 }
 
 // listSeqs says whether a batch's work item lists its sequences
-// (work.Item.Seqs): a batch of at most work.SeqsMax events whose range
-// holds other tenants' events, which a sink would otherwise read with a
-// filtered scan of the whole range, with headers, at a cost to the server
-// that grows with the number of tenants interleaved. Listed, it reads the
-// range without headers when it is at most 4 times the count
-// (work.RangeRead), else each listed sequence by lookup.
+// (work.Item.Seqs): a batch whose range holds other tenants' events, which
+// a sink would otherwise read with a filtered scan of the range, with
+// headers. A small one it reads by lookups of its sequences; one over at
+// most 4 times its count of sequences (tenants whose floods interleave) as
+// the whole range without headers, keeping the listed events
+// (work.RangeRead).
 func listSeqs(r tenancy.Range, count int) bool {
 	width := r.To - r.From + 1
 	if uint64(count) >= width {
 		return false // dense
 	}
-	return count <= work.SeqsMax
+	return count <= work.SeqsSmall || count <= work.SeqsMax && work.RangeRead(count, width)
 }

@@ -110,6 +110,10 @@ func (t *Times) At(i int) time.Time {
 // lists more is invalid. ReadItem reads them ReadChunk at a time.
 const SeqsMax = 1000
 
+// SeqsSmall is the most sequences the dispatcher lists for a batch that
+// RangeRead does not read as a range: the sink then looks each up.
+const SeqsSmall = 64
+
 // Validate checks the fields a sink relies on.
 func (it Item) Validate() error {
 	var errs []string
