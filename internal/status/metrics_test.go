@@ -8,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/status"
-	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
@@ -100,16 +97,7 @@ func series(t *testing.T, reg *prometheus.Registry, name string) map[string]floa
 func TestExporterBoundsTenantSeries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, dsn := testenv.NewPool(t)
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := tenancy.New(pool, nil)
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	st, nc, js := setupServers(t, events.StreamConfig{})
 	const n, k = 300, 20
 	dests := []string{tenancy.DestPostgres, tenancy.DestClickHouse}
 	tenants := make([]string, n)

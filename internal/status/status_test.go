@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/migrate"
@@ -20,16 +21,7 @@ import (
 func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, dsn := testenv.NewPool(t)
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := tenancy.New(pool, nil)
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	st, nc, js := setupServers(t, events.StreamConfig{})
 	pub, _ := events.NewPublisher(js)
 	var evs []events.Event
 	for i, tenant := range []string{"acme", "acme", "acme", "busy", "sleepy", "open", "again", "again", "paced", "paced", "paced"} {
@@ -160,16 +152,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 func TestRowsWarnBeforeMaxAgeDropsEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, dsn := testenv.NewPool(t)
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := tenancy.New(pool, nil)
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{MaxAge: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	st, nc, js := setupServers(t, events.StreamConfig{MaxAge: time.Hour})
 	pub, _ := events.NewPublisher(js)
 	r := pub.Publish(ctx, []events.Event{{Tenant: "held", ProductID: "p", Version: 1, Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)}})
 	if r[0].Err != nil {
@@ -197,4 +180,28 @@ func TestRowsWarnBeforeMaxAgeDropsEvents(t *testing.T) {
 	if row := rowAt(&status.Source{Pairs: st, Reader: work.NewReader(nc, "")}, 50*time.Minute); row.Expiring || row.ExpiresIn != 0 {
 		t.Errorf("without the stream's MaxAge: expiring %v in %v; want neither", row.Expiring, row.ExpiresIn)
 	}
+}
+
+// setupServers migrates a fresh database and starts a NATS server with
+// stream PRODUCTS as c says.
+func setupServers(t *testing.T, c events.StreamConfig) (*tenancy.Store, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ctx := context.Background()
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := tenancy.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.EnsureStream(ctx, js, c); err != nil {
+		t.Fatal(err)
+	}
+	return st, nc, js
 }
