@@ -153,6 +153,9 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if ts.fresh {
+		return false // none of its events are the backfill's to ring
+	}
 	if _, dense := ts.dense.at(cursor); dense && !cutOK {
 		return false // cut by arithmetic, without a read
 	}

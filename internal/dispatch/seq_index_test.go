@@ -550,3 +550,35 @@ func TestStaleHoldKeepsLimitBlock(t *testing.T) {
 		x.mu.Unlock()
 	}
 }
+
+// A tenant new since the start (none of its events before the doorbell's
+// first) is not held back for the start-up backfill, which has nothing of
+// it to ring: its first short grant goes out at once. A tenant the
+// start-up scan saw still waits for a batch of its backlog.
+func TestNewTenantDoesNotWaitForBackfill(t *testing.T) {
+	t.Parallel()
+	d, x, _ := grantingDestination(t)
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.m = m
+	d.before = map[string]bool{"old": true}
+	d.backFrom.Store(1)
+	d.liveFrom.Store(1001) // the backfill covers 1..1000 and is still on its way
+	at := time.Unix(1_764_000_000, 0)
+	d.rung.Store("new", uint64(1001))
+	x.bell("new", 1001, at, nil, false)
+	ts := x.state("new")
+	if !ts.fresh {
+		t.Fatal("a tenant first rung by the doorbell after the start is not fresh")
+	}
+	if x.waitForBackfill(x.key("new"), ts, 1, 1, true) {
+		t.Error("the new tenant's one-event grant is held for the backfill")
+	}
+	x.seed(tenancy.PairState{Tenant: "old", NextSeq: 1, Weight: 1}, 500, 1, denseRun{})
+	x.bell("old", 1, at, nil, true)
+	if !x.waitForBackfill(x.key("old"), x.state("old"), 1, 1, true) {
+		t.Error("a scanned tenant's short grant is not held for the backfill")
+	}
+}
