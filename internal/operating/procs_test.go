@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -234,4 +236,27 @@ func postEvents(ctx context.Context, t *testing.T, addr, tenant, token, body str
 		}
 		return nil
 	})
+}
+
+// acmeDatabase is a migrated database of its own with tenant acme: its
+// address, a pool on it (closed when the test ends) and acme's token.
+func acmeDatabase(ctx context.Context, t *testing.T) (dsn string, pool *pgxpool.Pool, token string) {
+	t.Helper()
+	dsn = testenv.NewDatabase(t)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := tenancy.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, token, err = store.CreateTenant(ctx, "acme", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, pool, token
 }

@@ -8,11 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
-	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // With deploy/nats's users, ingest, the dispatcher and a sink start in
@@ -44,23 +40,7 @@ func TestServicesStartInAnyOrder(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			nats := startNATS(t)
-			dsn := testenv.NewDatabase(t)
-			if _, err := migrate.Up(ctx, dsn); err != nil {
-				t.Fatal(err)
-			}
-			pool, err := pgxpool.New(ctx, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
-			store, err := tenancy.New(pool, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, token, err := store.CreateTenant(ctx, "acme", "acme")
-			if err != nil {
-				t.Fatal(err)
-			}
+			dsn, pool, token := acmeDatabase(ctx, t)
 			ingestAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 			args := map[string][]string{
 				"ingest":     {"--listen", ingestAddr},

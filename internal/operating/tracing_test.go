@@ -11,11 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
-	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // With OTEL_EXPORTER_OTLP_ENDPOINT set, as docs/operating.md says, one
@@ -30,23 +26,7 @@ func TestTracesFollowAnEventThroughTheServices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nats := startNATS(t)
-	dsn := testenv.NewDatabase(t)
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	store, err := tenancy.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, token, err := store.CreateTenant(ctx, "acme", "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dsn, pool, token := acmeDatabase(ctx, t)
 	recv := testenv.StartOTLPReceiver(t)
 	ingestAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	env := func(user string) []string {
