@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
+	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -237,6 +239,76 @@ func TestRunDispatches(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A dispatcher whose stream went back under it (PRODUCTS deleted and
+// created again) stops dispatching, and the process's run returns the
+// cause and lets go of its port, so that its supervisor restarts it.
+func TestRunExitsWhenTheStreamGoesBack(t *testing.T) {
+	t.Parallel()
+	srv, nc := testenv.NATS(t)
+	dsn := testenv.NewDatabase(t)
+	ctx := context.Background()
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, _ := tenancy.New(pool, nil)
+	if _, err := store.EnsureTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := events.NewPublisher(js)
+	for v := range 3 {
+		if r := pub.PublishOne(ctx, events.Event{Tenant: "acme", ProductID: "p", Version: int64(v + 1), Op: events.OpUpsert, OccurredAt: time.Now(), Payload: []byte(`{}`)}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	env := map[string]string{"DATABASE_URL": dsn, "NATS_URL": srv.ClientURL()}
+	cfg, err := parseConfig([]string{"--listen", addr, "--dest", "postgres", "--poll-interval", "200ms"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg) }()
+	testenv.Eventually(t, time.Minute, "acme's events dispatched", func() error {
+		c, err := store.Cursor(ctx, "acme", "postgres")
+		if err != nil || c != 4 {
+			return fmt.Errorf("cursor %d: %v", c, err)
+		}
+		return nil
+	})
+
+	if err := js.DeleteStream(ctx, events.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, dispatch.ErrStreamMovedBack) {
+			t.Fatalf("run returned %v, want ErrStreamMovedBack", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after the stream went back")
+	}
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the dispatcher's port is still taken: %v", err)
+	}
+	ln.Close()
 }
 
 // dispatcherConns returns the server's open client connections whose name

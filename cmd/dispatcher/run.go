@@ -140,15 +140,19 @@ func run(ctx context.Context, cfg Config) error {
 	go func() { httpDone <- bootstrap.Serve(httpCtx, bootstrap.HTTPServer(mux, log), ln, 5*time.Second) }()
 
 	// Run returns after its two-phase shutdown: no new grants, in-flight
-	// batches published or handed back. Metrics stay up until then.
+	// batches published or handed back. Metrics stay up until then. Run
+	// also returns on its own (the stream went back): the sampler stops
+	// then too, and the process exits for its supervisor to restart it.
+	exportCtx, stopExport := context.WithCancel(ctx)
 	exportDone := make(chan struct{})
 	go func() {
 		defer close(exportDone)
 		if backlog != nil {
-			_ = backlog.Run(ctx)
+			_ = backlog.Run(exportCtx)
 		}
 	}()
 	runErr := d.Run(ctx)
+	stopExport()
 	<-exportDone
 	stopHTTP()
 	if err := <-httpDone; err != nil {
