@@ -225,6 +225,7 @@ func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells
 	ts := x.state(k.Tenant)
 	ts.granted = false
 	ts.cursor = next
+	x.forgetBelow(ts, next)
 	x.endFeed(ts)
 	backlog := int64(pending)
 	if backlog == 0 && ts.bells != bells && ts.lastSeq >= next {
@@ -232,6 +233,19 @@ func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells
 	}
 	x.sched.SetBacklog(k, backlog+int64(n), ts.weight)
 	_ = x.sched.Done(k, int64(n), int64(n))
+}
+
+// forgetBelow lets the tenant's indexes go of what lies before cursor,
+// and the bodies held for it: dispatched, whichever source the grant cut
+// it from (a grant that read PRODUCTS leaves the index as it was), or
+// dispatched by another dispatcher. The live index only from liveFrom on,
+// as take does: its floor below liveFrom would say it lost events it never
+// had (fromIndex). x.mu must be held.
+func (x *destination) forgetBelow(ts *tenantState, cursor uint64) {
+	if lf := x.d.liveFrom.Load(); lf != 0 && cursor >= lf {
+		ts.live.trim(cursor)
+	}
+	ts.back.trim(cursor)
 }
 
 // bell records that tenant has an event at seq, stored at at; backfill
@@ -303,15 +317,10 @@ func (x *destination) seed(p tenancy.PairState, backlog, first uint64, dense den
 	granted := ts.granted
 	if !granted {
 		ts.cursor = p.NextSeq
-		// Forget what was dispatched, as a grant does (take): a pair parked
-		// for another dispatcher is never granted here, and its index would
-		// grow with every event the doorbell rings. The live index only
-		// from liveFrom on, as take does: its floor below liveFrom would
-		// say it lost events it never had (fromIndex).
-		if lf := x.d.liveFrom.Load(); lf != 0 && p.NextSeq >= lf {
-			ts.live.trim(p.NextSeq)
-		}
-		ts.back.trim(p.NextSeq)
+		// Forget what was dispatched, as a grant does: a pair parked for
+		// another dispatcher is never granted here, and its index would
+		// grow with every event the doorbell rings.
+		x.forgetBelow(ts, p.NextSeq)
 		x.sched.SetBacklog(x.key(p.Tenant), int64(backlog), ts.weight)
 	}
 	x.endFeed(ts)

@@ -261,42 +261,21 @@ func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 	return oldest
 }
 
-// doorbellPull is how many messages the doorbell asks for at a time. It
-// follows every event of the stream, floods' included, so it asks for
-// more than a consumer's default (500), whose pull refilled half-way is a
-// round trip every 250 events: while floods are published, every event
-// behind the doorbell's lag waits, a small tenant's too
-// (BenchmarkNoisyNeighbor, live floods: docs/benchmarks.md).
-const doorbellPull = 4096
-
-// startDoorbell starts an ordered, headers-only, ephemeral consumer on
-// the whole stream from sequence from, whose every message says "tenant has an
-// event at this sequence". With until 0 it is the doorbell, the one
-// consumer a dispatcher keeps: it follows the stream from the end of the
-// startup scan. Otherwise it is the backfill: it delivers the existing
-// backlog [from, until] to the index once, so the backlog too is cut into
-// batches without reading the stream, and then stops. One or two per
-// process, whatever the number of tenants, on the doorbell connection
-// (Deps.Doorbell).
+// startDoorbell starts an ordered, ephemeral consumer on the whole stream
+// from sequence from, whose every message says "tenant has an event at
+// this sequence" and brings its body (Config.BodyBudget; headers only
+// without). With until 0 it is the doorbell, the one consumer a
+// dispatcher keeps: it follows the stream from the end of the startup
+// scan, its pull paced by the body budget (pacedBell). Otherwise it is the
+// backfill: it delivers the existing backlog [from, until] to the index
+// once, so the backlog too is cut into batches without reading the stream,
+// and then stops. One or two per process, whatever the number of tenants,
+// on the doorbell connection (Deps.Doorbell).
 func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jetstream.ConsumeContext, error) {
-	// No subject filter: the stream binds only event subjects
-	// (events.StreamSubjects), and a filter makes the server match every
-	// stored message against every subject of its block, a cost that
-	// grows with the number of tenants (subjectTenant drops anything that
-	// is not an event's subject).
-	// With bodies (BodyBudget): the work items carry them to the sinks.
-	cons, err := d.bellJS.OrderedConsumer(ctx, d.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   from,
-		HeadersOnly:   d.cfg.BodyBudget < 0,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("dispatch: doorbell consumer: %w", err)
-	}
 	backfill := until > 0
 	reached := make(chan struct{})
 	var once sync.Once
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	handle := func(m jetstream.Msg) {
 		md, err := m.Metadata()
 		if err != nil {
 			return
@@ -348,25 +327,51 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 		if backfill && seq == until {
 			once.Do(func() { close(reached) })
 		}
-	}, jetstream.PullMaxMessages(doorbellPull), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		d.log.Debug("doorbell consumer", "backfill", backfill, "err", err)
+	}
+	if !backfill {
+		return d.startPacedBell(ctx, from, handle)
+	}
+	cc, err := d.consumeStream(ctx, from, doorbellPull, handle, "backfill")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-reached:
+			d.backDone.Store(true)
+			d.log.Debug("backfill done", "from", from, "until", until)
+			for _, x := range d.allDests() {
+				x.kick()
+			}
+			cc.Stop()
+		case <-ctx.Done():
+		}
+	}()
+	return cc, nil
+}
+
+// consumeStream consumes the whole stream from sequence from with an
+// ordered consumer asking for pull messages at a time, handing each
+// message to handle. role names it in errors and logs.
+func (d *Dispatcher) consumeStream(ctx context.Context, from uint64, pull int, handle jetstream.MessageHandler, role string) (jetstream.ConsumeContext, error) {
+	// No subject filter: the stream binds only event subjects
+	// (events.StreamSubjects), and a filter makes the server match every
+	// stored message against every subject of its block, a cost that
+	// grows with the number of tenants (subjectTenant drops anything that
+	// is not an event's subject).
+	cons, err := d.bellJS.OrderedConsumer(ctx, d.cfg.Stream, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   from,
+		HeadersOnly:   d.cfg.BodyBudget < 0,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %s consumer: %w", role, err)
+	}
+	cc, err := cons.Consume(handle, jetstream.PullMaxMessages(pull), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		d.log.Debug("stream consumer", "role", role, "err", err)
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("dispatch: doorbell consume: %w", err)
-	}
-	if backfill {
-		go func() {
-			select {
-			case <-reached:
-				d.backDone.Store(true)
-				d.log.Debug("backfill done", "from", from, "until", until)
-				for _, x := range d.allDests() {
-					x.kick()
-				}
-				cc.Stop()
-			case <-ctx.Done():
-			}
-		}()
+		return nil, fmt.Errorf("dispatch: %s consume: %w", role, err)
 	}
 	return cc, nil
 }

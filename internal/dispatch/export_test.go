@@ -97,3 +97,9 @@ func (d *Dispatcher) Weight(dest, tenant string) int {
 func (d *Dispatcher) RateLimited(dest string) float64 {
 	return testutil.ToFloat64(d.m.rateLimited.WithLabelValues(dest))
 }
+
+// BellSwitches is how often the live doorbell changed its pull.
+func (d *Dispatcher) BellSwitches() uint64 { return d.bellSwitches.Load() }
+
+// BodiesHeld is the bytes of event bodies the dispatcher holds.
+func (d *Dispatcher) BodiesHeld() int64 { return d.bodies.used.Load() }
