@@ -71,12 +71,13 @@
 //   - New flows first (sparse-flow priority, as in FQ-CoDel, RFC 8290
 //     sections 4.1-4.2, and DRR++). A key that becomes active — SetBacklog
 //     after it had no backlog: a small tenant's event, say — joins the
-//     tail of a third list, the new-flows list, which Next serves before
-//     the rounds (the "old" list), provided it has credit for the current
-//     round: it is not in debt, and it has not had this round's quantum
-//     (it gets it there) or has some of it left (it spends what is left).
+//     tail of a third list, the new-flows list (in tiers, see below),
+//     which Next serves before the rounds (the "old" list), provided it
+//     has credit for the current round: it is not in debt, and it has not
+//     had this round's quantum (it gets it there) or has some of it left
+//     (it spends what is left).
 //     A visit on the new-flows list is one quantum like any other: with
-//     credit left after a grant the key stays at the list's head; with
+//     credit left after a full grant the key stays at the list's head; with
 //     its quantum spent and backlog left it joins the tail of the next
 //     round, as in normal DRR; emptied, it goes idle having had its turn.
 //     So a key whose events arrive while N tenants are backlogged is
@@ -88,6 +89,20 @@
 //     a later round as if it had gone idle: a small tenant whose one slot
 //     is busy when its next event comes is still a sparse flow when the
 //     slot is freed, however long the floods' round.
+//
+//   - Lightest new flows first. The new-flows list is kept in tiers by
+//     the share of its round's quantum a key has spent: none, then one
+//     tier per doubling from under 1/64 to half or more (eight tiers,
+//     each in arrival order), and Next serves the lowest tier first.
+//     When hundreds of tenants trickle in at once, every one of them is a
+//     new flow at every return and a round can outlast the whole flood;
+//     in arrival order a small tenant would wait behind a return of each,
+//     where here it goes before those that have spent more, as
+//     least-attained-service scheduling orders jobs, at O(1) cost per
+//     operation. Shares are unchanged: the order decides who goes first
+//     within a round, the quantum how much each gets. A key whose visit
+//     goes on (credit left after a full grant from the list) stays at its
+//     head.
 //
 //   - No gain from going idle. RFC 8290 moves a queue emptied on the new
 //     list to the tail of the old list instead of forgetting it, so that a
@@ -119,8 +134,12 @@
 //
 //   - One grant per key at a time. A granted key is out of the lists until
 //     Done, so two batches of one tenant are never read concurrently; with
-//     credit left after Done it resumes at the head of its list (the
-//     new-flows list if its grant came from there, else the round).
+//     credit left after a full grant (MaxEvents dispatched) it resumes at
+//     the head of its list (the new-flows list if its grant came from
+//     there, else the round). After a short one it goes to the tail: its
+//     backlog hint said more than it had, as it does for a tenant whose
+//     events trickle in, and such a tenant at the head would take grant
+//     after grant of a few events each until its quantum is spent.
 //
 //   - Lone rounds (optional, Config.LoneRounds, off by default): a key that
 //     is alone when its visit begins — nothing else in any list, no other grant
@@ -154,7 +173,7 @@
 //     credit it holds.
 //   - A key that becomes active with credit for the round is granted before
 //     any key in the rounds, after the keys ahead of it in the new-flows
-//     list. Any other key that becomes dispatchable joins the current round
+//     list: those in lower tiers, and those of its tier that came first. Any other key that becomes dispatchable joins the current round
 //     unless it already had this round's quantum, in which case it heads
 //     for the next round; either way it is granted within one round.
 //   - With every key continuously backlogged and unblocked, over R rounds a

@@ -20,10 +20,16 @@ type flow struct {
 	// 0 means never (rounds start at 1). A flow receives at most one
 	// quantum per round.
 	lastRound uint64
+	// quantum is the credit the flow received in lastRound and spent the
+	// cost charged since: they place it among the new flows (newTier).
+	quantum, spent int64
 
 	blocked bool // at its slot limit
 	parked  bool // another dispatcher grants it (SetParked)
 	granted bool // a grant is outstanding (between Next and Done)
+	// grantMax is the outstanding grant's MaxEvents: a grant that
+	// dispatched fewer found less than the backlog hint said.
+	grantMax int64
 
 	// activated: the flow went from no backlog to some and has not been
 	// queued since; requeue decides whether it goes on the new-flows list.

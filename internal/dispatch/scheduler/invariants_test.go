@@ -13,9 +13,13 @@ import (
 func (s *Scheduler) checkInvariants(maxWeight int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, nxt, fresh := &s.lists[s.cur], &s.lists[1-s.cur], &s.newFlows
+	cur, nxt := &s.lists[s.cur], &s.lists[1-s.cur]
 	inList := map[*flow]*flowList{}
-	for _, l := range []*flowList{fresh, cur, nxt} {
+	all := []*flowList{cur, nxt}
+	for i := range s.newFlows {
+		all = append(all, &s.newFlows[i])
+	}
+	for _, l := range all {
 		n := 0
 		var prev *flow
 		for f := l.head; f != nil; f = f.next {
@@ -56,16 +60,17 @@ func (s *Scheduler) checkInvariants(maxWeight int) error {
 		if inList[f] != nil && f.activated {
 			return fmt.Errorf("flow %v: listed but still marked activated", k)
 		}
-		switch inList[f] {
-		case fresh:
+		switch l := inList[f]; {
+		case l == nil:
+		case s.isNew(l):
 			if f.lastRound == s.round && f.deficit <= 0 || f.deficit < 0 {
 				return fmt.Errorf("flow %v: new flow without credit for round %d (last quantum in %d, credit %d)", k, s.round, f.lastRound, f.deficit)
 			}
-		case cur:
+		case l == cur:
 			if f.lastRound == s.round && f.deficit <= 0 {
 				return fmt.Errorf("flow %v: visited this round without credit but still in it", k)
 			}
-		case nxt:
+		case l == nxt:
 			if f.lastRound != s.round {
 				return fmt.Errorf("flow %v: waits for the next round without this round's quantum", k)
 			}

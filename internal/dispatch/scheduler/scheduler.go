@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"sync"
 	"time"
 )
@@ -199,9 +200,11 @@ type Scheduler struct {
 	flows map[Key]*flow
 
 	// newFlows holds flows that have just become active with credit for
-	// the current round, in arrival order; Next serves it before the
-	// rounds (sparse-flow priority, see the package documentation).
-	newFlows flowList
+	// the current round; Next serves it before the rounds (sparse-flow
+	// priority, see the package documentation). It is kept in tiers by
+	// the share of the round's quantum a flow has spent (newTier), each in
+	// arrival order, and Next serves the lowest tier first.
+	newFlows [newTiers]flowList
 
 	// lists[cur] holds the flows still to be visited in the current round
 	// (in visiting order); lists[1-cur] the flows waiting for the next one.
@@ -318,7 +321,7 @@ func (s *Scheduler) setOut(k Key, on bool, flag func(*flow) *bool, count *int) {
 	*p = on
 	if on {
 		*count++
-		if f.list == &s.newFlows {
+		if s.isNew(f.list) {
 			// Not served yet: back on the new-flows list when eligible
 			// again, if it still has credit for the round then.
 			f.activated = true
@@ -347,8 +350,8 @@ func (s *Scheduler) Next() (Grant, bool) {
 	var epoch int64
 	epochRead := false
 	for {
-		l := &s.newFlows
-		if l.head == nil {
+		l := s.newHead()
+		if l == nil {
 			l = &s.lists[s.cur]
 		}
 		f := l.head
@@ -367,16 +370,18 @@ func (s *Scheduler) Next() (Grant, bool) {
 			}
 			f.lastRound = s.round
 			q := s.quantum(f, epoch)
+			f.quantum, f.spent = q, 0
 			f.deficit = min(f.deficit, 0) + q
 			if f.deficit <= 0 { // still repaying an overdraft (never a new flow: it admits no debt)
 				l.remove(f)
 				s.lists[1-s.cur].pushBack(f)
 				continue
 			}
-			if s.newFlows.len+s.lists[0].len+s.lists[1].len == 1 && s.inFlight == 0 {
+			if s.active() == 1 && s.inFlight == 0 {
 				// Alone: take the next rounds now instead of one by one.
 				for r := 1; r < s.cfg.LoneRounds && f.deficit+q <= int64(s.cfg.MaxBatch); r++ {
 					f.deficit += q
+					f.quantum += q
 					s.round++
 					f.lastRound = s.round
 					s.loneRounds++
@@ -384,13 +389,14 @@ func (s *Scheduler) Next() (Grant, bool) {
 			}
 		}
 		l.remove(f)
-		f.fromNew = l == &s.newFlows
+		f.fromNew = s.isNew(l)
 		f.granted = true
+		f.grantMax = min(int64(s.cfg.MaxBatch), f.backlog)
 		s.inFlight++
 		s.grants++
 		return Grant{
 			Key:       f.key,
-			MaxEvents: int(min(int64(s.cfg.MaxBatch), f.backlog)),
+			MaxEvents: int(f.grantMax),
 			MaxCost:   f.deficit,
 		}, true
 	}
@@ -399,10 +405,14 @@ func (s *Scheduler) Next() (Grant, bool) {
 // Done ends k's outstanding grant, charging what was really dispatched:
 // events read and their cost in the Config's cost unit (at least 1 when
 // events > 0, so every batch makes progress). Either may be less than
-// granted, or 0. With credit left, k resumes its visit at the head of its
-// list (the new-flows list if its grant came from there, else the current
-// round); with none, it waits for the next round. A key that Done leaves
-// without backlog is idle, as with SetBacklog(k, 0, ...).
+// granted, or 0. With credit left after a grant that dispatched all it
+// allowed (MaxEvents), k resumes its visit at the head of its list (the
+// new-flows list if its grant came from there, else the current round);
+// after one that dispatched fewer, the backlog hint was more than k had
+// (a tenant whose events trickle in) and k goes to the tail (of its tier,
+// on the new-flows list); with no credit, it waits for the next round. A
+// key that Done leaves without backlog is idle, as with SetBacklog(k, 0,
+// ...).
 //
 // events == 0 means nothing was dispatched. If k is blocked (taking its slot
 // failed: call SetBlocked(k, true) before Done), it keeps its place and
@@ -430,6 +440,7 @@ func (s *Scheduler) Done(k Key, events, cost int64) error {
 		}
 	}
 	f.deficit -= cost
+	f.spent += cost
 	f.backlog = max(f.backlog-events, 0)
 	if f.backlog == 0 {
 		s.goIdle(f)
@@ -438,7 +449,10 @@ func (s *Scheduler) Done(k Key, events, cost int64) error {
 	if events == 0 && !f.blocked {
 		f.deficit = min(f.deficit, 0)
 	}
-	s.requeue(f, events > 0)
+	// A visit goes on after a grant that dispatched all it was allowed; one
+	// that found fewer events than granted had less waiting than its hint
+	// said (a tenant whose events trickle in), and waits its turn again.
+	s.requeue(f, events > 0 && events >= f.grantMax)
 	return nil
 }
 
@@ -471,7 +485,7 @@ func (s *Scheduler) Stats() Stats {
 	defer s.mu.Unlock()
 	return Stats{
 		Known:          len(s.flows),
-		Active:         s.newFlows.len + s.lists[0].len + s.lists[1].len,
+		Active:         s.active(),
 		Blocked:        s.blocked,
 		Parked:         s.parked,
 		InFlight:       s.inFlight,
@@ -485,10 +499,12 @@ func (s *Scheduler) Stats() Stats {
 
 // requeue puts an eligible flow that is in no list where it belongs:
 //   - activated (it had no backlog) with credit for the round
-//     (newFlowCredit): the tail of the new-flows list;
+//     (newFlowCredit): the tail of its tier of the new-flows list
+//     (newTier);
 //   - granted from the new-flows list and credit left in the same round:
 //     the head of the new-flows list when continuing the batch it was
-//     granted (its visit goes on), else its tail (back from blocked);
+//     granted (its visit goes on), else the tail of its tier (back from
+//     blocked);
 //   - not yet visited this round: the tail of the current round;
 //   - visited, credit left, continuing the batch it was granted: the head
 //     of the current round (its visit goes on);
@@ -503,13 +519,13 @@ func (s *Scheduler) requeue(f *flow, continuing bool) {
 	f.activated = false
 	switch {
 	case activated && s.newFlowCredit(f):
-		s.newFlows.pushBack(f)
+		s.newFlows[s.newTier(f)].pushBack(f)
 		return
 	case f.fromNew && f.lastRound == s.round && f.deficit > 0:
-		if continuing {
-			s.newFlows.pushFront(f)
+		if continuing { // its visit goes on, ahead of every tier
+			s.newFlows[0].pushFront(f)
 		} else {
-			s.newFlows.pushBack(f)
+			s.newFlows[s.newTier(f)].pushBack(f)
 		}
 		return
 	}
@@ -543,6 +559,48 @@ func (s *Scheduler) newFlowCredit(f *flow) bool {
 		return f.deficit > 0
 	}
 	return f.deficit >= 0
+}
+
+// newTiers is the number of tiers of the new-flows list.
+const newTiers = 8
+
+// newTier is the tier of the new-flows list f joins: 0 when it has spent
+// nothing of this round's quantum (or has not had it yet), then one tier
+// per doubling of the share spent, from under 1/64 to half or more. A
+// tenant that returns now and then with a few events is served before
+// one that returns as often with more: when hundreds of tenants trickle
+// in at once, each of them a new flow every time, the lightest go first,
+// as least-attained-service scheduling would order them, at O(1) cost.
+func (s *Scheduler) newTier(f *flow) int {
+	if f.lastRound != s.round || f.spent <= 0 || f.quantum <= 0 {
+		return 0
+	}
+	return min(1+bits.Len64(uint64(f.spent*64/f.quantum)), newTiers-1)
+}
+
+// newHead returns the lowest tier of the new-flows list that holds a
+// flow, or nil when none does.
+func (s *Scheduler) newHead() *flowList {
+	for i := range s.newFlows {
+		if s.newFlows[i].head != nil {
+			return &s.newFlows[i]
+		}
+	}
+	return nil
+}
+
+// isNew says whether l is a tier of the new-flows list.
+func (s *Scheduler) isNew(l *flowList) bool {
+	return l != nil && l != &s.lists[0] && l != &s.lists[1]
+}
+
+// active counts the listed flows.
+func (s *Scheduler) active() int {
+	n := s.lists[0].len + s.lists[1].len
+	for i := range s.newFlows {
+		n += s.newFlows[i].len
+	}
+	return n
 }
 
 // goIdle takes a flow without backlog out of the lists. It keeps its

@@ -1110,3 +1110,96 @@ func TestNewFlowsGainNoShare(t *testing.T) {
 		}
 	}
 }
+
+// When every tenant trickles in, each is a new flow at every return, and
+// a round can outlast the whole flood. The new flows are then served
+// lightest first: a tenant that has spent less of its quantum this round
+// goes before those that have spent more, whenever it came back, so a
+// small tenant does not wait behind a return of every trickling flood.
+func TestNewFlowsLightestFirst(t *testing.T) {
+	t.Parallel()
+	const floods, returns, each = 200, 4, 25
+	s := setup(t, scheduler.Config{})
+	flood := func(i int) scheduler.Key { return key(fmt.Sprintf("f%03d", i)) }
+	comeBack := func() {
+		for i := range floods {
+			s.SetBacklog(flood(i), each, 1<<(i%4)) // weights 1, 2, 4, 8: shares spent differ
+		}
+	}
+	// Each flood comes back with 25 events, four times, each time
+	// drained: 100 events spent, every one of its grants from the
+	// new-flows list.
+	for range returns {
+		comeBack()
+		for range floods {
+			g, ok := s.Next()
+			if !ok || g.MaxEvents != each {
+				t.Fatalf("grant %+v, %v: want one of a flood's %d events", g, ok, each)
+			}
+			if err := s.Done(g.Key, each, each); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if st := s.Stats(); st.Round != 1 {
+		t.Fatalf("round %d: the case wants the floods' returns within the first round", st.Round)
+	}
+	comeBack()
+	s.SetBacklog(key("small"), 1, 1)
+	var order []string
+	for range floods + 1 {
+		g, ok := s.Next()
+		if !ok {
+			t.Fatal("no grant with backlog waiting")
+		}
+		order = append(order, g.Key.Tenant)
+		if err := s.Done(g.Key, int64(g.MaxEvents), int64(g.MaxEvents)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if order[0] != "small" {
+		t.Fatalf("small granted after %d floods, want first (ahead of floods that spent %d events each)", slices.Index(order, "small"), returns*each)
+	}
+	// Among the floods, those of weight 8 spent the least of their
+	// quanta and go first, those of weight 1 last.
+	for i, tenant := range order[1:] {
+		var n int
+		if _, err := fmt.Sscanf(tenant, "f%03d", &n); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := 1<<(n%4), 8>>(i*4/floods); got != want {
+			t.Fatalf("grant %d went to %s of weight %d, want weight %d", i+1, tenant, got, want)
+		}
+	}
+}
+
+// A grant that dispatches fewer events than it allowed ends the visit: the
+// tenant had less than its backlog hint said (its events trickle in), and
+// at the head of its list it would take grant after grant of a few events
+// while the others wait.
+func TestShortGrantEndsVisit(t *testing.T) {
+	t.Parallel()
+	for _, full := range []bool{true, false} {
+		t.Run(fmt.Sprintf("full %v", full), func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, scheduler.Config{Quantum: 2000, MaxBatch: 500})
+			s.SetBacklog(key("x"), 2000, 1)
+			s.SetBacklog(key("y"), 1, 1)
+			g, ok := s.Next()
+			if !ok || g.Key != key("x") || g.MaxEvents != 500 {
+				t.Fatalf("first grant %+v, %v: want x, 500 events", g, ok)
+			}
+			n := int64(3)
+			if full {
+				n = 500
+			}
+			if err := s.Done(key("x"), n, n); err != nil {
+				t.Fatal(err)
+			}
+			g, _ = s.Next()
+			if want := map[bool]string{true: "x", false: "y"}[full]; g.Key.Tenant != want {
+				t.Fatalf("after a grant of %d of 500 events, %s granted, want %s", n, g.Key.Tenant, want)
+			}
+		})
+	}
+}
