@@ -179,6 +179,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"status", "--help"}, []string{"(env DATABASE_URL, set)", "(env NATS_URL, set)", "(env NATS_CREDS)", "(env FAIRWAY_LOG_LEVEL)", "(env FAIRWAY_LOG_FORMAT)"}, nil},
 		{[]string{"tenants", "list", "--help"}, []string{"(env DATABASE_URL, set)", "(env FAIRWAY_LOG_LEVEL)"}, []string{"--nats-url"}},
 		{[]string{"dlq", "list", "--help"}, []string{"(env NATS_URL, set)", "(env FAIRWAY_DLQ_LIST_TENANT)"}, []string{"--database-url"}},
+		{[]string{"dlq", "redrive", "--help"}, []string{"(env DATABASE_URL, set)", "(env FAIRWAY_LOG_LEVEL)"}, nil},
 		{[]string{"tenants", "set-rate", "--help"}, []string{"(env FAIRWAY_TENANTS_SET_RATE_EVENTS_PER_SEC)", "(env DATABASE_URL, set)"}, nil},
 		{[]string{"migrate", "--help"}, []string{"(env DATABASE_URL, set)"}, []string{"--nats-url", "--log-level"}},
 		{[]string{"serve", "--help"}, []string{"(env FAIRWAY_SERVE_LISTEN)", "(env FAIRWAY_SERVE_TLS_CERT)", "(env NATS_URL, set)"}, nil},

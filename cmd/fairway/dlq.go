@@ -208,7 +208,7 @@ PostgreSQL (DATABASE_URL) for the slots and NATS for the streams.`,
 	cmd.Flags().StringVar(&filter.Tenant, "tenant", "", "letters of this tenant")
 	cmd.Flags().BoolVar(&all, "all", false, "every letter")
 	cmd.Flags().DurationVar(&wait, "wait", dlq.RedriveWaitDefault, "how long to wait for a free slot of a tenant at its limit in a destination")
-	c.addFlags(cmd.Flags(), usesDatabase) // the slots a redriven item takes
+	c.addFlags(cmd.Flags(), usesDatabase|usesLog) // the slots a redriven item takes; the store logs its migrations
 	return cmd
 }
 

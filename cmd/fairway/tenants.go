@@ -78,7 +78,8 @@ func (c *cli) tenantsListCmd() *cobra.Command {
 		Short: "List tenants with their weights, per-destination limits, pauses and ingest quotas",
 		Long: `list prints a row per tenant and destination. PAUSED says what holds the
 destination back: tenant (fairway tenants pause <tenant>), dest (fairway
-tenants pause <tenant> --dest <destination>), both, or no.`,
+tenants pause <tenant> --dest <destination>), tenant,dest for both, or
+no.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, pool, err := c.store(cmd.Context())
