@@ -61,12 +61,14 @@ func run(ctx context.Context, cfg Config) error {
 	}
 	// Ingest owns PRODUCTS: it creates it and applies its settings; the
 	// dispatcher and the sinks wait for it (docs/operating.md).
-	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
+	ensure := func(ctx context.Context) error {
 		_, err := events.EnsureStream(ctx, js, cfg.Stream)
 		return err
-	}); err != nil {
+	}
+	if err := bootstrap.UntilRefused(startCtx, nc, ensure); err != nil {
 		return err
 	}
+	go bootstrap.KeepStream(ctx, js, cfg.Stream.WithDefaults().Name, bootstrap.KeepStreamEvery, ensure, log)
 	pub, err := ingest.NewPublisher(js)
 	if err != nil {
 		return err

@@ -55,12 +55,14 @@ func run(ctx context.Context, cfg Config) error {
 	// The sinks own DLQ: they create it and apply its settings. WORK
 	// belongs to the dispatcher: wait for it, however long that takes
 	// (docs/operating.md).
-	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
+	ensure := func(ctx context.Context) error {
 		_, err := dlq.EnsureStream(ctx, js, dlq.StreamConfig{Replicas: cfg.Replicas})
 		return err
-	}); err != nil {
+	}
+	if err := bootstrap.UntilRefused(startCtx, nc, ensure); err != nil {
 		return err
 	}
+	go bootstrap.KeepStream(ctx, js, dlq.StreamName, bootstrap.KeepStreamEvery, ensure, log)
 	if _, err := bootstrap.AwaitStream(ctx, js, work.StreamName, "the dispatcher", log); err != nil {
 		return err
 	}

@@ -299,3 +299,34 @@ func TestConnectNATSKeepsReconnecting(t *testing.T) {
 		t.Errorf("a clean close logged %q", after)
 	}
 }
+
+// A stream's owner gets it back when it is gone: deleted by hand, or a
+// server replaced by one with an empty store.
+func TestKeepStream(t *testing.T) {
+	t.Parallel()
+	_, nc := testenv.NATS(t)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ensure := func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "KEPT", Subjects: []string{"kept.>"}})
+		return err
+	}
+	if err := ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var logs testenv.Buffer
+	go bootstrap.KeepStream(ctx, js, "KEPT", 50*time.Millisecond, ensure, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err := js.DeleteStream(ctx, "KEPT"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "KEPT created again, and a log line saying so", func() error {
+		if _, err := js.Stream(ctx, "KEPT"); err != nil {
+			return err
+		}
+		if !strings.Contains(logs.String(), "stream KEPT was gone; created it again") {
+			return fmt.Errorf("logs:\n%s", logs.String())
+		}
+		return nil
+	})
+}

@@ -111,3 +111,35 @@ func AwaitStream(ctx context.Context, js jetstream.JetStream, name, owner string
 	}
 	return s, nil
 }
+
+// KeepStreamEvery is how often KeepStream looks for its stream.
+const KeepStreamEvery = 5 * time.Second
+
+// KeepStream creates the stream name again with ensure whenever it is
+// gone, looking every KeepStreamEvery until ctx ends: the stream's owner
+// runs it, so that a NATS server replaced by one with an empty store (or
+// a stream deleted by hand) gets its stream back without a restart. The
+// services that only use the stream wait for it, and the dispatcher holds
+// its cursors for an operator to decide (docs/operating.md, "Stream
+// resets").
+func KeepStream(ctx context.Context, js jetstream.JetStream, name string, every time.Duration, ensure func(context.Context) error, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		reqCtx, cancel := context.WithTimeout(ctx, every)
+		_, err := js.Stream(reqCtx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if err := ensure(reqCtx); err != nil {
+				log.Warn("stream "+name+" is gone; creating it again failed", "stream", name, "err", err)
+			} else {
+				log.Warn("stream "+name+" was gone; created it again", "stream", name)
+			}
+		}
+		cancel()
+	}
+}

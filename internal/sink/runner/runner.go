@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -149,6 +150,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			r.log.Warn("fetch work items", "err", err)
+			if consumerGone(err) {
+				r.ensureConsumer(ctx)
+			}
 			select {
 			case <-time.After(pause.NextBackOff()):
 			case <-ctx.Done():
@@ -198,6 +202,27 @@ func (r *Runner) fetch(ctx, hard context.Context, n int, free chan struct{}, wg 
 		return got, err
 	}
 	return got, nil
+}
+
+// consumerGone says whether a fetch failed because the destination's
+// consumer is not on the server: deleted, or WORK itself gone with a
+// server replaced by one with an empty store.
+func consumerGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// ensureConsumer creates the destination's consumer again. While WORK is
+// missing (its owner, the dispatcher, creates it) that fails, and the next
+// failed fetch tries again.
+func (r *Runner) ensureConsumer(ctx context.Context) {
+	cons, err := EnsureConsumer(ctx, r.js, r.cfg)
+	if err != nil {
+		r.log.Warn("creating the work consumer again failed; retrying", "err", err)
+		return
+	}
+	r.cons = cons
+	r.log.Info("work consumer created again", "consumer", r.cfg.Consumer)
 }
 
 // nats408 is the request-expired status a fetch ends with when no item came.

@@ -615,3 +615,26 @@ func TestApplyCarriesCaughtUp(t *testing.T) {
 		t.Errorf("the sink saw CaughtUp %v, want %v", got, want)
 	}
 }
+
+// A sink whose consumer is gone (deleted, or a NATS server replaced by
+// one with an empty store, once WORK is back) creates it again and goes
+// on applying.
+func TestConsumerGoneIsCreatedAgain(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r, _ := e.start(e.pg, e.fastConfig())
+	e.publish(upsert("acme", "a", 1))
+	e.dispatch("acme", "postgres", 1)
+	e.drained(r.Config().Consumer)
+	if err := e.js.DeleteConsumer(context.Background(), work.StreamName, r.Config().Consumer); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(upsert("acme", "b", 1))
+	e.dispatch("acme", "postgres", 1)
+	testenv.Eventually(t, waitMax, "acme/b applied through a new consumer", func() error {
+		if n := e.rows("acme"); n != 2 {
+			return fmt.Errorf("%d rows", n)
+		}
+		return nil
+	})
+}
