@@ -128,21 +128,13 @@ func (p *pacedBell) switchPull(ctx context.Context, pull int) {
 }
 
 // Stop stops the doorbell; later calls do nothing.
-func (p *pacedBell) Stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopped {
-		return
-	}
-	p.stopped = true
-	close(p.quit)
-	if p.cc != nil {
-		p.cc.Stop()
-	}
-}
+func (p *pacedBell) Stop() { p.end(jetstream.ConsumeContext.Stop) }
 
 // Drain stops the doorbell after what it has received is handled.
-func (p *pacedBell) Drain() {
+func (p *pacedBell) Drain() { p.end(jetstream.ConsumeContext.Drain) }
+
+// end stops pacing and ends the consumer with how (Stop or Drain), once.
+func (p *pacedBell) end(how func(jetstream.ConsumeContext)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
@@ -151,7 +143,7 @@ func (p *pacedBell) Drain() {
 	p.stopped = true
 	close(p.quit)
 	if p.cc != nil {
-		p.cc.Drain()
+		how(p.cc)
 	}
 }
 
