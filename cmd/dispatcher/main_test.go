@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/bootstrap"
@@ -134,27 +135,32 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
+// setupRun starts NATS and a migrated database with tenant acme for run.
+func setupRun(t *testing.T) (*server.Server, *nats.Conn, string, *pgxpool.Pool, *tenancy.Store) {
+	t.Helper()
+	srv, nc := testenv.NATS(t)
+	pool, dsn := testenv.NewPool(t)
+	if _, err := migrate.Up(context.Background(), dsn); err != nil {
+		t.Fatal(err)
+	}
+	store, err := tenancy.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EnsureTenant(context.Background(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	return srv, nc, dsn, pool, store
+}
+
 // run against real servers: an event of a tenant with a partner becomes a
 // work item for each static destination and for the partner; /metrics
 // counts them; shutdown is clean.
 func TestRunDispatches(t *testing.T) {
 	t.Parallel()
-	srv, nc := testenv.NATS(t)
-	dsn := testenv.NewDatabase(t)
 	ctx := context.Background()
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	srv, nc, dsn, pool, _ := setupRun(t)
 	reg, _ := b2b.NewRegistry(pool, &b2b.RegistryConfig{AllowInsecureHTTP: true})
-	store, _ := tenancy.New(pool, nil)
-	if _, err := store.EnsureTenant(ctx, "acme"); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := reg.Add(ctx, b2b.Partner{Tenant: "acme", Name: "p1", URL: "http://127.0.0.1:9/hook", Secret: []byte("0123456789abcdef0123456789abcdef"), Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -246,21 +252,8 @@ func TestRunDispatches(t *testing.T) {
 // cause and lets go of its port, so that its supervisor restarts it.
 func TestRunExitsWhenTheStreamGoesBack(t *testing.T) {
 	t.Parallel()
-	srv, nc := testenv.NATS(t)
-	dsn := testenv.NewDatabase(t)
 	ctx := context.Background()
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	store, _ := tenancy.New(pool, nil)
-	if _, err := store.EnsureTenant(ctx, "acme"); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, dsn, _, store := setupRun(t)
 	js, _ := jetstream.New(nc)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
