@@ -172,16 +172,16 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 			default:
 				goto wait
 			}
-			if !x.win.reserve() { // WORK holds enough: wait for the sinks
+			if !x.win.room() { // WORK holds enough: wait for the sinks
 				<-sem
 				goto wait
 			}
 			g, ok := x.sched.Next()
 			if !ok {
 				<-sem
-				x.win.settle(0)
 				break
 			}
+			reserved := x.win.reserve(grantEvents(g), x.size)
 			x.mu.Lock()
 			x.state(g.Key.Tenant).granted = true
 			x.mu.Unlock()
@@ -194,7 +194,7 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 					})
 				}
 				defer done()
-				x.win.settle(x.dispatch(workCtx, g, done))
+				x.win.settle(reserved, x.dispatch(workCtx, g, done))
 			})
 		}
 	wait:
@@ -228,8 +228,8 @@ func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells
 	x.forgetBelow(ts, next)
 	x.endFeed(ts)
 	backlog := int64(pending)
-	if backlog == 0 && ts.bells != bells && ts.lastSeq >= next {
-		backlog = int64(ts.lastSeq - next + 1) // events arrived after the read: an upper bound
+	if backlog == 0 && ts.bells != bells {
+		backlog = x.waiting(ts) // events arrived after the read
 	}
 	x.sched.SetBacklog(k, backlog+int64(n), ts.weight)
 	_ = x.sched.Done(k, int64(n), int64(n))
@@ -277,10 +277,48 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, body *heldBo
 		ts.lastSeq = seq
 	}
 	if seq >= ts.cursor { // cursor 0 (unknown) counts too
-		x.sched.SetBacklog(x.key(tenant), int64(ts.lastSeq-max(ts.cursor, 1)+1), ts.weight)
+		x.sched.SetBacklog(x.key(tenant), x.waiting(ts), ts.weight)
 	}
 	x.mu.Unlock()
 	x.kick()
+}
+
+// waiting is the tenant's backlog as the destination knows it from the
+// doorbell: the events its indexes hold from the cursor on, when they hold
+// every one of them (a grant would cut them from the indexes, fromIndex),
+// else the span from the cursor to the last sequence rung, an upper bound
+// (the sequences between may be other tenants'). The scheduler orders new
+// flows by it, the lightest first, so a small tenant whose few events
+// interleave with floods' must not look as heavy as its span. x.mu must
+// be held.
+func (x *destination) waiting(ts *tenantState) int64 {
+	cursor := max(ts.cursor, 1)
+	if ts.lastSeq < cursor {
+		return 0
+	}
+	span := int64(ts.lastSeq - cursor + 1)
+	d := x.d
+	lf, bf := d.liveFrom.Load(), d.backFrom.Load()
+	var n int64
+	switch {
+	case lf == 0:
+	case ts.fresh && ts.cursor >= ts.live.floor,
+		ts.cursor != 0 && ts.cursor >= max(lf, ts.live.floor):
+		n = int64(ts.live.count())
+	case ts.cursor == 0 || bf == 0 || ts.live.floor != 0:
+	case d.backDone.Load() && ts.cursor >= max(bf, ts.back.floor):
+		// From the backfill's region on: what it delivered, then the
+		// doorbell's.
+		n = int64(ts.back.count() + ts.live.count())
+	case ts.backExpect > 0 && ts.cursor <= ts.backFirst:
+		// The backfill is on its way, nothing of the tenant dispatched
+		// yet: what the start-up scan counted, then the doorbell's.
+		n = int64(ts.backExpect) + int64(ts.live.count())
+	}
+	if n > 0 {
+		return min(n, span)
+	}
+	return span
 }
 
 // seed applies a scan result: the tenant's cursor, weight and replay from

@@ -78,6 +78,12 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 	return x.publishItems(ctx, p, leases, at)
 }
 
+// grantEvents is the most events a grant may dispatch: its MaxEvents, and
+// its credit, counted in events here (at least one).
+func grantEvents(g scheduler.Grant) int {
+	return int(min(int64(g.MaxEvents), max(g.MaxCost, 1)))
+}
+
 // plan cuts the grant's batches. ok is false when the grant ended without
 // any (held back, throttled, set aside after an error, or nothing to
 // dispatch), its outcome reported.
@@ -96,10 +102,7 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 		}
 		p.from = c
 	}
-	n := g.MaxEvents
-	if int64(n) > g.MaxCost {
-		n = int(max(g.MaxCost, 1))
-	}
+	n := grantEvents(g)
 	var wait time.Duration
 	p.replayUntil, p.lim, wait = x.replayBudget(ts, p.from, &n)
 	if wait > 0 {

@@ -45,7 +45,7 @@ type workWindow struct {
 
 // Bounds of the window, in items.
 const (
-	workWindowMin = 32
+	workWindowMin = 8
 	workWindowMax = 4096
 	// workWindowEvery is how often the window looks at the consumer.
 	workWindowEvery = 20 * time.Millisecond
@@ -55,8 +55,10 @@ func newWorkWindow(js jetstream.JetStream, dest string, grant int) *workWindow {
 	return &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant)}
 }
 
-// reserve takes room for one grant's items; false when the window is full.
-func (w *workWindow) reserve() bool {
+// room says whether a grant may begin: what waits in WORK, was published
+// since the last look and is reserved by grants in flight is below the
+// window. Once the grant is known, reserve takes room for its items.
+func (w *workWindow) room() bool {
 	if w == nil {
 		return true
 	}
@@ -66,18 +68,33 @@ func (w *workWindow) reserve() bool {
 		w.full = true
 		return false
 	}
-	w.reserved += w.grant
 	return true
 }
 
-// settle ends a grant's reservation: it published n items.
-func (w *workWindow) settle(n int) {
+// reserve takes room for the items of a grant of up to events events cut
+// into work items of size events: at least one, at most the grant's
+// batches. A small tenant's grant of a few events takes one item's room,
+// not a flood's whole grant's, so the window holds back floods, not the
+// grants that go before them. It returns what it reserved, for settle.
+func (w *workWindow) reserve(events, size int) int {
+	if w == nil {
+		return 0
+	}
+	n := min(max((events+size-1)/max(size, 1), 1), w.grant)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reserved += n
+	return n
+}
+
+// settle ends a grant's reservation of reserved items: it published n.
+func (w *workWindow) settle(reserved, n int) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.reserved -= w.grant
+	w.reserved -= reserved
 	w.since += n
 }
 

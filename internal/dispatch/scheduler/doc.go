@@ -91,18 +91,22 @@
 //     slot is freed, however long the floods' round.
 //
 //   - Lightest new flows first. The new-flows list is kept in tiers by
-//     the share of its round's quantum a key has spent: none, then one
-//     tier per doubling from under 1/64 to half or more (eight tiers,
-//     each in arrival order), and Next serves the lowest tier first.
-//     When hundreds of tenants trickle in at once, every one of them is a
-//     new flow at every return and a round can outlast the whole flood;
-//     in arrival order a small tenant would wait behind a return of each,
-//     where here it goes before those that have spent more, as
-//     least-attained-service scheduling orders jobs, at O(1) cost per
-//     operation. Shares are unchanged: the order decides who goes first
-//     within a round, the quantum how much each gets. A key whose visit
-//     goes on (credit left after a full grant from the list) stays at its
-//     head.
+//     the share of its round's quantum a key will have spent once its
+//     next grant is served: what it spent, plus that grant (its backlog,
+//     at most MaxBatch and what is left of the quantum). One tier per
+//     doubling from under 1/64 to the whole quantum (eight tiers, each
+//     in arrival order), and Next serves the lowest tier first. When
+//     hundreds of tenants trickle in at once, every one of them is a new
+//     flow at every return and a round can outlast the whole flood; when
+//     many floods become active at once, each of them is a new flow whose
+//     first grant takes a whole batch. In arrival order a small tenant
+//     would wait behind a grant of each; here it goes before those that
+//     will have spent more, in the finishing order of fair queuing (as
+//     least-attained-service scheduling orders jobs, counting the grant
+//     to come), at O(1) cost per operation. Shares are unchanged: the
+//     order decides who goes first within a round, the quantum how much
+//     each gets. A key whose visit goes on (credit left after a full
+//     grant from the list) stays at its head.
 //
 //   - No gain from going idle. RFC 8290 moves a queue emptied on the new
 //     list to the tail of the old list instead of forgetting it, so that a

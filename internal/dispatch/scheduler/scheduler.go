@@ -564,18 +564,26 @@ func (s *Scheduler) newFlowCredit(f *flow) bool {
 // newTiers is the number of tiers of the new-flows list.
 const newTiers = 8
 
-// newTier is the tier of the new-flows list f joins: 0 when it has spent
-// nothing of this round's quantum (or has not had it yet), then one tier
-// per doubling of the share spent, from under 1/64 to half or more. A
-// tenant that returns now and then with a few events is served before
-// one that returns as often with more: when hundreds of tenants trickle
-// in at once, each of them a new flow every time, the lightest go first,
-// as least-attained-service scheduling would order them, at O(1) cost.
+// newTier is the tier of the new-flows list f joins: the share of its
+// round's quantum it will have spent once its next grant is served (what
+// it spent so far plus that grant: its backlog, at most MaxBatch and what
+// is left of the quantum), in tiers of doubling width from under 1/64 to
+// the whole quantum. A tenant that comes back now and then with a few
+// events is served before one that comes back as often with more, and
+// before a flood that has had nothing yet but would take a whole quantum:
+// the order of finishing tags in fair queuing (the share after the grant,
+// not before it), as least-attained-service scheduling would order them,
+// at O(1) cost. A flow that has not had this round's quantum counts its
+// whole quantum as left. The backlog is in events and the quantum in the
+// cost unit: with cost counted in bytes the tiers are approximate, the
+// shares are not (the quantum decides those).
 func (s *Scheduler) newTier(f *flow) int {
-	if f.lastRound != s.round || f.spent <= 0 || f.quantum <= 0 {
-		return 0
+	spent, q := f.spent, f.quantum
+	if f.lastRound != s.round || q <= 0 {
+		spent, q = 0, max(s.cfg.Quantum*int64(f.weight), 1)
 	}
-	return min(1+bits.Len64(uint64(f.spent*64/f.quantum)), newTiers-1)
+	next := min(f.backlog, int64(s.cfg.MaxBatch), max(q-spent, 1))
+	return min(bits.Len64(uint64(max(spent+next, 0)*64/q)), newTiers-1)
 }
 
 // newHead returns the lowest tier of the new-flows list that holds a

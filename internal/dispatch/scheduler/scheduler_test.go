@@ -986,7 +986,9 @@ type roundPos struct {
 
 // floodsAt returns the floods' position in their round after the grants in
 // order: visits[i] is the grants of flood i's visit ("flood%03d"), and
-// grants to other keys are skipped.
+// grants to other keys are skipped. The round's order is the order of the
+// floods' first visits (the new-flows list's, lightest first), which every
+// later round repeats.
 func floodsAt(t *testing.T, order []scheduler.Grant, visits []int) roundPos {
 	t.Helper()
 	p := roundPos{}
@@ -1010,14 +1012,37 @@ func floodsAt(t *testing.T, order []scheduler.Grant, visits []int) roundPos {
 	}
 	p.inVisit = run % visits[last]
 	into := p.inVisit
-	for _, v := range visits[:last+1] {
-		into += v
+	for _, f := range floodRing(t, order, len(visits)) {
+		into += visits[f]
+		if f == last {
+			break
+		}
 	}
 	if p.inVisit > 0 {
 		into -= visits[last]
 	}
 	p.left = (p.grants - into) % p.grants
 	return p
+}
+
+// floodRing returns the floods' indexes in the order of their first grants
+// in order, every one of the n floods once.
+func floodRing(t *testing.T, order []scheduler.Grant, n int) []int {
+	t.Helper()
+	seen := map[int]bool{}
+	var ring []int
+	for _, g := range order {
+		var f int
+		if _, err := fmt.Sscanf(g.Key.Tenant, "flood%03d", &f); err != nil || seen[f] {
+			continue
+		}
+		seen[f] = true
+		ring = append(ring, f)
+	}
+	if len(ring) != n {
+		t.Fatalf("%d of %d floods granted", len(ring), n)
+	}
+	return ring
 }
 
 // floodWeight is the weight of the i-th backlogged key in tests with many:
@@ -1173,6 +1198,42 @@ func TestNewFlowsLightestFirst(t *testing.T) {
 	}
 }
 
+// When many floods become active at once (a dispatcher's start, a sync
+// storm), each of them would take a whole quantum at its first grant. A
+// small tenant that has already had a few events this round comes back
+// with a few more: it goes before every flood that has had nothing yet,
+// since it will have spent less than they once each is served (the
+// share after the grant orders the new flows, not the share before it).
+func TestNewFlowsByShareAfterGrant(t *testing.T) {
+	t.Parallel()
+	const floods = 200
+	s := setup(t, scheduler.Config{})
+	s.SetBacklog(key("small"), 5, 1)
+	g, ok := s.Next()
+	if !ok || g.Key != key("small") {
+		t.Fatalf("first grant %+v, %v: want small", g, ok)
+	}
+	if err := s.Done(g.Key, 5, 5); err != nil {
+		t.Fatal(err)
+	}
+	for i := range floods {
+		s.SetBacklog(key(fmt.Sprintf("f%03d", i)), 100_000, 1)
+	}
+	s.SetBacklog(key("small"), 3, 1)
+	g, ok = s.Next()
+	if !ok || g.Key != key("small") || g.MaxEvents != 3 {
+		t.Fatalf("grant %+v, %v: want small's 3 events ahead of %d fresh floods", g, ok, floods)
+	}
+	// A flood that has just become active with a few events is as light.
+	if err := s.Done(g.Key, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	s.SetBacklog(key("trickle"), 2, 1)
+	if g, ok = s.Next(); !ok || g.Key != key("trickle") {
+		t.Fatalf("grant %+v, %v: want trickle's 2 events ahead of the fresh floods", g, ok)
+	}
+}
+
 // A grant that dispatches fewer events than it allowed ends the visit: the
 // tenant had less than its backlog hint said (its events trickle in), and
 // at the head of its list it would take grant after grant of a few events
@@ -1184,7 +1245,7 @@ func TestShortGrantEndsVisit(t *testing.T) {
 			t.Parallel()
 			s := setup(t, scheduler.Config{Quantum: 2000, MaxBatch: 500})
 			s.SetBacklog(key("x"), 2000, 1)
-			s.SetBacklog(key("y"), 1, 1)
+			s.SetBacklog(key("y"), 2000, 1) // as heavy as x: after x in its tier
 			g, ok := s.Next()
 			if !ok || g.Key != key("x") || g.MaxEvents != 500 {
 				t.Fatalf("first grant %+v, %v: want x, 500 events", g, ok)
