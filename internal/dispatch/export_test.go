@@ -103,3 +103,7 @@ func (d *Dispatcher) BellSwitches() uint64 { return d.bellSwitches.Load() }
 
 // BodiesHeld is the bytes of event bodies the dispatcher holds.
 func (d *Dispatcher) BodiesHeld() int64 { return d.bodies.used.Load() }
+
+// Running says the dispatcher's doorbell has started and its start-up
+// backfill is done.
+func (d *Dispatcher) Running() bool { return d.liveFrom.Load() != 0 && d.backDone.Load() }

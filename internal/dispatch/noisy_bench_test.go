@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -345,6 +346,25 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
 
+	run := func() {
+		wg.Go(func() {
+			if err := disp.Run(runCtx); err != nil {
+				b.Errorf("dispatcher: %v", err)
+			}
+		})
+		reps.start(b, runCtx, &wg, 1)
+	}
+	if cfg.live {
+		// Live floods come while the dispatchers run: they are up (the
+		// doorbell started, the start-up backfill done) before the clock.
+		run()
+		testenv.Eventually(b, 30*time.Second, "the dispatchers running", func() error {
+			if slices.ContainsFunc(reps.ds, func(d *dispatch.Dispatcher) bool { return !d.Running() }) {
+				return errors.New("a dispatcher is starting")
+			}
+			return nil
+		})
+	}
 	stopProfile := testenv.ProfileCPU(b, "noisy-fairway") // the drain only, not the backlog's publishing
 	stopServerProfile := e.nats.ProfileCPU(b, "noisy-fairway-server")
 	t0 := time.Now()
@@ -352,12 +372,9 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	if testenv.EnvInt(b, "FAIRWAY_BENCH_PROBE", 0) == 1 {
 		probe = startProbe(b, ctx, e, t0, cfg.smalls[0])
 	}
-	wg.Go(func() {
-		if err := disp.Run(runCtx); err != nil {
-			b.Errorf("dispatcher: %v", err)
-		}
-	})
-	reps.start(b, runCtx, &wg, 1)
+	if !cfg.live {
+		run() // the backlog is queued before the dispatchers start
+	}
 	cfg.startLive(b, e)
 	drainCPU := cpuUntil(b, d.done)
 	split := e.cpuSplit(d.done)
