@@ -32,7 +32,7 @@ nats-stop: ## Stop the nats-server `make nats` started (its data stays in .dev/n
 	@bash scripts/nats.sh stop
 
 .PHONY: demo
-demo: services ## Build bin/fairway and run the whole pipeline in one process (a noisy tenant, many small ones) until all is applied
+demo: services ## Build bin/fairway (stamped like `make build`) and run the whole pipeline in one process (a noisy tenant, many small ones) until all is applied
 	@GO=$(GO) bash scripts/build.sh bin/fairway ./cmd/fairway
 	@$(WITH_ENV) bin/fairway demo $(DEMO_ARGS); status=$$?; echo; bash scripts/stop-services.sh --list; exit $$status
 

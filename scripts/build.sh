@@ -3,7 +3,10 @@
 # what it compiles as it goes: a first build compiles every dependency,
 # minutes on a small machine; a later one only what changed. On a terminal
 # one line counts the packages; otherwise a line every 25 packages.
-# GO names the go command (default go).
+# The binary is stamped with the version and commit of this checkout
+# (--version) by the -ldflags of scripts/ldflags.sh, as `make build` does.
+# GO names the go command (default go); GOFLAGS (-race, ...) passes on to
+# it as usual.
 set -euo pipefail
 shopt -s lastpipe # the loop below runs in this shell: n is seen after it
 
@@ -13,6 +16,7 @@ shopt -s lastpipe # the loop below runs in this shell: n is seen after it
 }
 out=$1 pkg=$2
 GO=${GO:-go}
+ldflags=$(sh "$(dirname -- "${BASH_SOURCE[0]}")/ldflags.sh")
 
 total=$("$GO" list -deps "$pkg" | wc -l)
 echo "building $out: $pkg and its dependencies, $total packages (compiled once, then cached)"
@@ -21,7 +25,7 @@ tty=
 start=$SECONDS
 n=0
 set +e
-"$GO" build -v -o "$out" "$pkg" 2>&1 | while IFS= read -r line; do
+"$GO" build -v -ldflags "$ldflags" -o "$out" "$pkg" 2>&1 | while IFS= read -r line; do
 	# A package path is progress; anything else (a compiler error) is
 	# printed as it is.
 	if [[ ! $line =~ ^[A-Za-z0-9_.~/+-]+$ ]]; then

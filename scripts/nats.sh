@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # nats.sh runs a development NATS server the way docs/operating.md runs
 # fairway: nats-server of the version go.mod pins, deploy/nats/single.conf
-# with its users and permissions, JetStream data in .dev/nats/.
+# with its users and permissions, JetStream data in .dev/nats/ (or
+# FAIRWAY_NATS_DIR).
 #
 #   scripts/nats.sh install   install bin/nats-server (go install; skipped
 #                             when bin/nats-server is already that version)
@@ -17,11 +18,25 @@
 # Files in .dev/nats/: passwords.env (each user's password, generated once),
 # urls.env (NATS_URL_INGEST, NATS_URL_DISPATCHER, NATS_URL_SINKS,
 # NATS_URL_OPERATOR), single/ (the JetStream store), nats-server.log and
-# nats-server.pid.
+# nats-server.pid. FAIRWAY_NATS_DIR names another directory for them (a
+# relative path is taken from the current one): a second server, such as
+# the one the tests of internal/operating start, then leaves the first
+# one's files alone; start and stop act on the server of that directory.
+# The server runs in that directory, so single.conf's store_dir
+# (./.dev/nats/single, relative to the working directory) puts the store
+# in its .dev/nats/single/.
 set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
-DIR=$ROOT/.dev/nats
+DIR=${FAIRWAY_NATS_DIR:-$ROOT/.dev/nats}
+[[ $DIR == /* ]] || DIR=$PWD/$DIR
+# WORK is the server's working directory: single.conf's store_dir
+# (./.dev/nats/single) is relative to it.
+WORK=$ROOT
+[[ -n ${FAIRWAY_NATS_DIR:-} ]] && WORK=$DIR
+STORE=$WORK/.dev/nats/single
+SHOW=${DIR#"$ROOT"/}     # .dev/nats in messages unless FAIRWAY_NATS_DIR is elsewhere
+SHOWSTORE=${STORE#"$ROOT"/}
 BIN=$ROOT/bin/nats-server
 CONF=$ROOT/deploy/nats/single.conf
 PIDFILE=$DIR/nats-server.pid
@@ -57,6 +72,7 @@ running() {
 	stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
 	[[ $stat == "$pid (nats-server)"* && ${stat##*) } != Z* ]] || return 1
 	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$CONF" || return 1
+	[[ $(readlink "/proc/$pid/cwd") == "$(cd "$WORK" 2>/dev/null && pwd -P)" ]] || return 1
 	echo "$pid"
 }
 
@@ -109,7 +125,7 @@ urls() {
 		say "NATS_URL_SINKS=$(u SINKS sinks)"
 		say "NATS_URL_OPERATOR=$(u OPERATOR operator)"
 	} >"$URLS"
-	say "NATS_URL of each command (also in .dev/nats/urls.env):"
+	say "NATS_URL of each command (also in $SHOW/urls.env):"
 	say "  bin/ingest       NATS_URL=$(u INGEST ingest)"
 	say "  bin/dispatcher   NATS_URL=$(u DISPATCHER dispatcher)"
 	say "  bin/sinks        NATS_URL=$(u SINKS sinks)"
@@ -122,7 +138,7 @@ start() {
 	install
 	passwords
 	if pid=$(running); then
-		say "nats-server already running (pid $pid) on 127.0.0.1:$PORT; log .dev/nats/nats-server.log"
+		say "nats-server already running (pid $pid) on 127.0.0.1:$PORT; log $SHOW/nats-server.log"
 		urls
 		return 0
 	fi
@@ -131,10 +147,9 @@ start() {
 			die "port $p on 127.0.0.1 is taken by another process (see: ss -ltnp 'sport = :$p'); stop it, or choose other ports with FAIRWAY_NATS_PORT and FAIRWAY_NATS_HTTP_PORT"
 		fi
 	done
-	# The store (store_dir ./.dev/nats/single in single.conf) is relative to
-	# the working directory: the repository root. GOGC=400 as
+	# In WORK, single.conf's store_dir is STORE. GOGC=400 as
 	# deploy/nats/README.md recommends ("Garbage collection").
-	cd "$ROOT"
+	cd "$WORK"
 	GOGC=400 nohup "$BIN" -c "$CONF" -p "$PORT" -m "$HTTP_PORT" >"$LOG" 2>&1 </dev/null &
 	pid=$!
 	echo "$pid" >"$PIDFILE"
@@ -142,13 +157,13 @@ start() {
 		if ! kill -0 "$pid" 2>/dev/null; then
 			tail -n 20 "$LOG" >&2
 			rm -f "$PIDFILE"
-			die "nats-server exited at start; its log is above (.dev/nats/nats-server.log)"
+			die "nats-server exited at start; its log is above ($SHOW/nats-server.log)"
 		fi
 		port_open "$PORT" && break
 		sleep 0.1
 	done
-	port_open "$PORT" || die "nats-server (pid $pid) does not accept connections on 127.0.0.1:$PORT after 10s; see .dev/nats/nats-server.log"
-	say "nats-server $("$BIN" --version | sed -n 's/^nats-server: //p') running (pid $pid) on 127.0.0.1:$PORT, monitoring http://127.0.0.1:$HTTP_PORT, JetStream data in .dev/nats/single, log .dev/nats/nats-server.log"
+	port_open "$PORT" || die "nats-server (pid $pid) does not accept connections on 127.0.0.1:$PORT after 10s; see $SHOW/nats-server.log"
+	say "nats-server $("$BIN" --version | sed -n 's/^nats-server: //p') running (pid $pid) on 127.0.0.1:$PORT, monitoring http://127.0.0.1:$HTTP_PORT, JetStream data in $SHOWSTORE, log $SHOW/nats-server.log"
 	urls
 }
 
@@ -166,7 +181,7 @@ stop() {
 	done
 	[[ -d /proc/$pid && $(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null) != Z ]] && die "nats-server (pid $pid) did not stop within 10s"
 	rm -f "$PIDFILE"
-	say "stopped nats-server (pid $pid); its data stays in .dev/nats/"
+	say "stopped nats-server (pid $pid); its data stays in $SHOW/"
 }
 
 case ${1:-} in

@@ -75,6 +75,7 @@ var users = map[string]string{
 type natsServer struct {
 	*testenv.NATSBinaryServer
 	passwords map[string]string
+	store     string // the JetStream store directory
 }
 
 func startNATS(t *testing.T) *natsServer {
@@ -89,7 +90,9 @@ func startNATS(t *testing.T) *natsServer {
 		env = append(env, v+"="+pw)
 	}
 	// store_dir in single.conf is relative to the working directory.
-	s.NATSBinaryServer = testenv.StartNATSBinary(t, bin, t.TempDir(), env,
+	dir := t.TempDir()
+	s.store = filepath.Join(dir, ".dev", "nats", "single")
+	s.NATSBinaryServer = testenv.StartNATSBinary(t, bin, dir, env,
 		"-c", conf, "-m", fmt.Sprint(testenv.FreePort(t)))
 	return s
 }

@@ -40,7 +40,7 @@ const (
 // Row is the status of one (tenant, destination).
 type Row struct {
 	Tenant, Dest string
-	Backlog      uint64        // events behind the dispatch cursor
+	Backlog      uint64        // events behind the dispatch cursor; for a pair held for a stream reset, the tenant's events in the stream
 	OldestAge    time.Duration // age of the oldest event behind the cursor (0 if none)
 	InUse, Limit int
 	Weight       int
@@ -114,7 +114,14 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 		case tenancy.WaitDown:
 			r.Reason, r.WaitDetail = ReasonDown, p.WaitDetail
 		}
-		b, err := s.Reader.Next(ctx, p.Tenant, p.NextSeq, 0, work.ReadOptions{Max: 1})
+		// A pair held for a stream reset has a cursor of the old stream:
+		// what waits for it is every event of the tenant the stream holds,
+		// what `fairway cursors reset --to first` dispatches.
+		from := p.NextSeq
+		if p.StreamReset != "" {
+			from = 1
+		}
+		b, err := s.Reader.Next(ctx, p.Tenant, from, 0, work.ReadOptions{Max: 1})
 		if err != nil {
 			return nil, fmt.Errorf("backlog of %s/%s: %w", p.Tenant, p.Dest, err)
 		}

@@ -24,7 +24,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	st, nc, js := setupServers(t, events.StreamConfig{})
 	pub, _ := events.NewPublisher(js)
 	var evs []events.Event
-	for i, tenant := range []string{"acme", "acme", "acme", "busy", "sleepy", "open", "again", "again", "paced", "paced", "paced"} {
+	for i, tenant := range []string{"acme", "acme", "acme", "busy", "sleepy", "open", "again", "again", "paced", "paced", "paced", "reset", "reset"} {
 		evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprint(i), Version: 1, Op: events.OpUpsert,
 			OccurredAt: time.Now(), Payload: []byte(`{}`)})
 	}
@@ -74,7 +74,9 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	if _, err := st.Acquire(ctx, "done", "clickhouse", "s1"); err != nil {
 		t.Fatal(err)
 	}
-	// reset: a cursor past the stream's end, held by the stream check.
+	// reset: a cursor past the stream's end, held by the stream check. Its
+	// backlog is its 2 events in the stream, which a reset of the cursor to
+	// the stream's first event dispatches, not the none past the cursor.
 	if err := st.SetCursor(ctx, "reset", "postgres", 100); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +125,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		"done/clickhouse": {0, status.ReasonApplying, 0},
 		"again/postgres":  {2, status.ReasonReplaying, 0},
 		"paced/postgres":  {3, status.ReasonRateLimited, 0},
-		"reset/postgres":  {0, status.ReasonStreamReset, 0},
+		"reset/postgres":  {2, status.ReasonStreamReset, 0},
 	}
 	for k, w := range want {
 		r, ok := got[k]

@@ -26,10 +26,14 @@ type NATSBinaryServer struct {
 	Port    int
 	Version string // as the binary reports it: "2.9.10"
 
-	cmd    *exec.Cmd
-	out    *Buffer
-	exited chan struct{}
-	once   sync.Once
+	bin, dir  string
+	env, args []string
+	out       *Buffer // of every run (Restart)
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stopped bool
 }
 
 // StartNATSBinary runs the nats-server binary bin with args, listening on
@@ -42,37 +46,48 @@ func StartNATSBinary(t testing.TB, bin, dir string, env []string, args ...string
 	version := NATSBinaryVersion(t, bin)
 	port := FreePort(t)
 	args = append([]string{"-a", "127.0.0.1", "-p", fmt.Sprint(port)}, args...)
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
 	s := &NATSBinaryServer{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Port: port, Version: version,
-		cmd: cmd, out: &Buffer{}, exited: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = s.out, s.out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	go func() {
-		_ = cmd.Wait()
-		close(s.exited)
-	}()
+		bin: bin, dir: dir, env: env, args: args, out: &Buffer{}}
 	t.Cleanup(func() {
 		s.Stop()
 		if t.Failed() {
 			t.Logf("%s %s:\n%s", bin, strings.Join(args, " "), s.out.String())
 		}
 	})
+	s.launch(t)
+	return s
+}
+
+// launch starts the process and waits until it accepts clients.
+func (s *NATSBinaryServer) launch(t testing.TB) {
+	t.Helper()
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Dir = s.dir
+	cmd.Env = append(os.Environ(), s.env...)
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited, s.stopped = cmd, exited, false
+	s.mu.Unlock()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if serverInfo(s.URL) == nil {
-			return s
+			return
 		}
 		select {
-		case <-s.exited:
-			t.Fatalf("%s %s exited at start:\n%s", bin, strings.Join(args, " "), s.out.String())
+		case <-exited:
+			t.Fatalf("%s %s exited at start:\n%s", s.bin, strings.Join(s.args, " "), s.out.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s %s does not accept clients on port %d after 15s:\n%s", bin, strings.Join(args, " "), port, s.out.String())
+			t.Fatalf("%s %s does not accept clients on port %d after 15s:\n%s", s.bin, strings.Join(s.args, " "), s.Port, s.out.String())
 		}
 	}
 }
@@ -80,15 +95,29 @@ func StartNATSBinary(t testing.TB, bin, dir string, env []string, args ...string
 // Stop stops the server (SIGTERM, then SIGKILL after 10 s) and waits for
 // its process to exit. Calling it again does nothing.
 func (s *NATSBinaryServer) Stop() {
-	s.once.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(10 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.exited
-		}
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.stopped {
+		return
+	}
+	s.stopped = true
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// Restart stops the server (Stop) and starts it again as it was started:
+// the same binary, arguments, port, working directory and environment. It
+// returns once the server accepts clients. A test replaces a server this
+// way, after removing its store in between.
+func (s *NATSBinaryServer) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	s.launch(t)
 }
 
 // OldNATSServer starts Debian's nats-server (DebianNATSServer), a server

@@ -150,8 +150,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			r.log.Warn("fetch work items", "err", err)
-			if consumerGone(err) {
-				r.ensureConsumer(ctx)
+			// A consumer created again has items waiting as soon as WORK
+			// has them: the next fetch comes after the first delay, not
+			// after the one the failures while it was gone grew to (up
+			// to Backoff.Max).
+			if consumerGone(err) && r.ensureConsumer(ctx) {
+				pause.Reset()
 			}
 			select {
 			case <-time.After(pause.NextBackOff()):
@@ -212,17 +216,18 @@ func consumerGone(err error) bool {
 		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders)
 }
 
-// ensureConsumer creates the destination's consumer again. While WORK is
-// missing (its owner, the dispatcher, creates it) that fails, and the next
-// failed fetch tries again.
-func (r *Runner) ensureConsumer(ctx context.Context) {
+// ensureConsumer creates the destination's consumer again and says
+// whether it did. While WORK is missing (its owner, the dispatcher,
+// creates it) that fails, and the next failed fetch tries again.
+func (r *Runner) ensureConsumer(ctx context.Context) bool {
 	cons, err := EnsureConsumer(ctx, r.js, r.cfg)
 	if err != nil {
 		r.log.Warn("creating the work consumer again failed; retrying", "err", err)
-		return
+		return false
 	}
 	r.cons = cons
 	r.log.Info("work consumer created again", "consumer", r.cfg.Consumer)
+	return true
 }
 
 // nats408 is the request-expired status a fetch ends with when no item came.

@@ -638,3 +638,51 @@ func TestConsumerGoneIsCreatedAgain(t *testing.T) {
 		return nil
 	})
 }
+
+// A sink whose consumer was gone for a while (WORK gone with a NATS
+// server replaced by an empty one, until the dispatcher creates it again)
+// fetches from the consumer it creates again after the first delay of its
+// backoff, not after the one its failed fetches grew to meanwhile: an
+// item dispatched then is applied within 2 s, where it waited out
+// Backoff.Max (here 6 s, at least 3 s with its jitter).
+func TestConsumerCreatedAgainFetchesAtOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	cfg := e.fastConfig()
+	cfg.Backoff = runner.Backoff{Initial: 100 * time.Millisecond, Multiplier: 10, Max: 6 * time.Second, MaxElapsed: time.Minute}
+	e.start(e.pg, cfg)
+	ctx := context.Background()
+	if err := e.js.DeleteStream(ctx, work.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	const failed = "creating the work consumer again failed"
+	// Failures after 0.1 s and 1 s: the next delay is Backoff.Max.
+	testenv.Eventually(t, waitMax, "three failed attempts to create the consumer", func() error {
+		if n := strings.Count(e.logs.String(), failed); n < 3 {
+			return fmt.Errorf("%d so far", n)
+		}
+		return nil
+	})
+	if _, err := work.EnsureStream(ctx, e.js, work.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	const created = "work consumer created again"
+	testenv.Eventually(t, waitMax, "the consumer created again", func() error {
+		if !strings.Contains(e.logs.String(), created) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	since := time.Now()
+	e.publish(upsert("acme", "a", 1))
+	e.dispatch("acme", "postgres", 1)
+	testenv.Eventually(t, waitMax, "acme/a applied", func() error {
+		if n := e.rows("acme"); n != 1 {
+			return fmt.Errorf("%d rows", n)
+		}
+		return nil
+	})
+	if took := time.Since(since); took > 2*time.Second {
+		t.Errorf("the item was applied %s after the consumer was created again, want within 2s", took.Round(time.Millisecond))
+	}
+}
