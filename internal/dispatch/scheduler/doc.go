@@ -105,7 +105,11 @@
 //     least-attained-service scheduling orders jobs, counting the grant
 //     to come), at O(1) cost per operation. Shares are unchanged: the
 //     order decides who goes first within a round, the quantum how much
-//     each gets. A key whose visit goes on (credit left after a full
+//     each gets. A key whose backlog grows while it waits on the list
+//     moves to the tail of the later tier it now belongs in (a flood that
+//     became active with one event, as a small tenant did, goes behind
+//     the tenants still waiting with a few); a key never moves to an
+//     earlier tier. A key whose visit goes on (credit left after a full
 //     grant from the list) stays at its head.
 //
 //   - No gain from going idle. RFC 8290 moves a queue emptied on the new

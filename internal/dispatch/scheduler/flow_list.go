@@ -37,6 +37,9 @@ type flow struct {
 	// fromNew: the flow's latest grant came from the new-flows list, so
 	// with credit left in the same round it goes back there.
 	fromNew bool
+	// visiting: the flow heads the new-flows list to go on with its visit
+	// (requeue), where a growing backlog does not move it (retier).
+	visiting bool
 
 	list       *flowList // nil when in no list
 	prev, next *flow

@@ -270,6 +270,29 @@ func (s *Scheduler) SetBacklog(k Key, events int64, weight int) {
 		f.activated = true
 	}
 	s.requeue(f, false)
+	s.retier(f)
+}
+
+// retier moves a flow waiting on the new-flows list to a later tier when
+// its backlog has grown so that its next grant would take more (newTier):
+// a flood that became active with one event, as a small tenant did, and
+// has had hundreds more since goes behind the tenants still waiting with a
+// few. It never moves a flow to an earlier tier, nor one whose visit goes
+// on at the list's head.
+func (s *Scheduler) retier(f *flow) {
+	if f.list == nil || f.visiting {
+		return
+	}
+	for i := range s.newFlows {
+		if f.list != &s.newFlows[i] {
+			continue
+		}
+		if t := s.newTier(f); t > i {
+			f.list.remove(f)
+			s.newFlows[t].pushBack(f)
+		}
+		return
+	}
 }
 
 // SetBlocked marks k as at (true) or below (false) its slot limit. A
@@ -517,6 +540,7 @@ func (s *Scheduler) requeue(f *flow, continuing bool) {
 	}
 	activated := f.activated
 	f.activated = false
+	f.visiting = false
 	switch {
 	case activated && s.newFlowCredit(f):
 		s.newFlows[s.newTier(f)].pushBack(f)
@@ -524,6 +548,7 @@ func (s *Scheduler) requeue(f *flow, continuing bool) {
 	case f.fromNew && f.lastRound == s.round && f.deficit > 0:
 		if continuing { // its visit goes on, ahead of every tier
 			s.newFlows[0].pushFront(f)
+			f.visiting = true
 		} else {
 			s.newFlows[s.newTier(f)].pushBack(f)
 		}

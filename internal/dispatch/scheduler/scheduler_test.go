@@ -1264,3 +1264,29 @@ func TestShortGrantEndsVisit(t *testing.T) {
 		})
 	}
 }
+
+// A flood and a small tenant that became active with one event each are
+// equally light; once the flood's backlog has grown, it goes behind the
+// small tenant still waiting with its one event, though it came first.
+func TestNewFlowGrowingMovesBack(t *testing.T) {
+	t.Parallel()
+	s := setup(t, scheduler.Config{})
+	for i := range 3 {
+		s.SetBacklog(key(fmt.Sprintf("f%d", i)), 1, 1)
+	}
+	s.SetBacklog(key("small"), 1, 1)
+	for i := range 3 {
+		s.SetBacklog(key(fmt.Sprintf("f%d", i)), 300, 1)
+	}
+	var order []string
+	for range 4 {
+		g, ok := s.Next()
+		if !ok {
+			t.Fatal("no grant with backlog waiting")
+		}
+		order = append(order, g.Key.Tenant)
+	}
+	if want := []string{"small", "f0", "f1", "f2"}; !slices.Equal(order, want) {
+		t.Fatalf("granted %v, want %v", order, want)
+	}
+}
