@@ -119,6 +119,7 @@ type hooks struct {
 	afterCommit    func([]tenancy.Lease)           // a grant's batches committed; no item published yet
 	onBell         func(tenant string, seq uint64) // the doorbell rang for tenant
 	feedHeld       func(n int)                     // a replay feed added an event and now holds n
+	atLimit        func(scheduler.Key)             // a grant found its slot limit; its end not yet reported
 }
 
 // New returns a Dispatcher. It does nothing until Run.

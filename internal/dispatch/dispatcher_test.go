@@ -985,3 +985,78 @@ func TestStopWhileStartingIsClean(t *testing.T) {
 		cancel()
 	}
 }
+
+// A release of a tenant's one slot that comes while a grant of the tenant
+// finds the slot still taken has had its wake-up by the time that grant
+// ends: the tenant keeps its place among the new flows and is granted
+// again at once, not after a round of every flood's quantum (its turn
+// ended as if its events were gone).
+func TestReleaseDuringGrantAtLimit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	const floods = 20
+	for i := range floods {
+		f := fmt.Sprintf("f%02d", i)
+		e.tenant(f, 1, 1000, pg)
+		e.publish(f, 1000)
+	}
+	e.tenant("small", 1, 1, pg)
+	e.publish("small", 1)
+	smallItems := func(from uint64) []work.Item {
+		var out []work.Item
+		for _, it := range e.workItems(from, e.workLastSeq()) {
+			if it.Tenant == "small" {
+				out = append(out, it)
+			}
+		}
+		return out
+	}
+	var (
+		once     sync.Once
+		released = make(chan uint64, 1) // WORK's last sequence once the release was handled
+		hookErr  = make(chan error, 1)
+	)
+	e.start(&dispatch.Config{Dests: []string{pg}, Concurrency: 1, GrantBatches: 1, BatchSize: 100, DeepWork: true}, func(d *dispatch.Dispatcher) {
+		d.SetAtLimit(func(k scheduler.Key) {
+			if k.Tenant != "small" {
+				return
+			}
+			once.Do(func() {
+				first := smallItems(1)[0]
+				gen := d.Releases(pg, "small")
+				if err := e.st.Release(e.ctx, first.LeaseID, first.Token); err != nil {
+					hookErr <- err
+					return
+				}
+				for deadline := time.Now().Add(30 * time.Second); d.Releases(pg, "small") == gen; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						hookErr <- errors.New("the release's wake-up never came")
+						return
+					}
+				}
+				released <- e.workLastSeq()
+			})
+		})
+	})
+	e.waitFor("small's first item", func() bool { return len(smallItems(1)) == 1 })
+	e.publish("small", 1) // its grant finds the slot of the first item taken
+	var after uint64
+	select {
+	case after = <-released:
+	case err := <-hookErr:
+		t.Fatal(err)
+	case <-e.ctx.Done():
+		t.Fatal("no grant of small found its slot limit")
+	}
+	e.waitFor("small's second item", func() bool { return len(smallItems(after+1)) == 1 })
+	floodItems := 0
+	for _, it := range e.workItems(after+1, e.workLastSeq()) {
+		if it.Tenant == "small" {
+			break
+		}
+		floodItems++
+	}
+	if floodItems > 1 {
+		t.Fatalf("%d floods' items went out between the release and small's next item, want at most the one in flight", floodItems)
+	}
+}

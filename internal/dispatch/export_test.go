@@ -12,6 +12,7 @@ func (d *Dispatcher) SetBeforeDispatch(f func(scheduler.Grant))   { d.hooks.befo
 func (d *Dispatcher) SetAfterCommit(f func([]tenancy.Lease))      { d.hooks.afterCommit = f }
 func (d *Dispatcher) SetOnBell(f func(tenant string, seq uint64)) { d.hooks.onBell = f }
 func (d *Dispatcher) SetFeedHeld(f func(n int))                   { d.hooks.feedHeld = f }
+func (d *Dispatcher) SetAtLimit(f func(scheduler.Key))            { d.hooks.atLimit = f }
 
 // Feeds returns how many replay feeds are running.
 func (d *Dispatcher) Feeds() float64 { return testutil.ToFloat64(d.m.feeds) }
@@ -107,3 +108,20 @@ func (d *Dispatcher) BodiesHeld() int64 { return d.bodies.used.Load() }
 // Running says the dispatcher's doorbell has started and its start-up
 // backfill is done.
 func (d *Dispatcher) Running() bool { return d.liveFrom.Load() != 0 && d.backDone.Load() }
+
+// Releases returns how many release wake-ups of (tenant, dest) the
+// dispatcher has handled.
+func (d *Dispatcher) Releases(dest, tenant string) uint64 {
+	d.mu.Lock()
+	x := d.dests[dest]
+	d.mu.Unlock()
+	if x == nil {
+		return 0
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if ts := x.tenants[tenant]; ts != nil {
+		return ts.gen
+	}
+	return 0
+}

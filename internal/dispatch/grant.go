@@ -191,11 +191,25 @@ func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Le
 	switch {
 	case errors.Is(err, tenancy.ErrAtLimit):
 		d.m.atLimit.WithLabelValues(x.name).Inc()
+		if h := d.hooks.atLimit; h != nil {
+			h(k)
+		}
 		x.mu.Lock()
 		ts.full, ts.freed = true, 0
 		ts.granted = false
-		x.blockUnlessReleased(k, ts, p.gen)
+		// Blocked, the grant ends keeping the tenant's place and credit: a
+		// slot limit costs it nothing. A release that came during the
+		// grant (gen moved on) has had its wake-up: the tenant is
+		// unblocked at once, with its place, rather than have its turn
+		// end as if its events were gone (a small tenant at its one slot
+		// would wait for the next round, behind every flood's quantum).
+		ts.blocked = true
+		x.sched.SetBlocked(k, true)
 		_ = x.sched.Done(k, 0, 0)
+		if ts.gen != p.gen {
+			ts.blocked = false
+			x.sched.SetBlocked(k, false)
+		}
 		x.mu.Unlock()
 		return nil, at, false
 	case errors.Is(err, tenancy.ErrCursorMoved):
