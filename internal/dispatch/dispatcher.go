@@ -88,8 +88,6 @@ type Dispatcher struct {
 	// The sequence the doorbell (backfill) is delivering right now: a
 	// tenant state created later knows nothing before it.
 	bellSeq, backSeq atomic.Uint64
-	// bellSwitches counts the live doorbell's changes of pull (pacedBell).
-	bellSwitches atomic.Uint64
 	// Which tenants have events from before liveFrom (the start-up
 	// scan's, read-only once the doorbell starts), and the first sequence
 	// the doorbell rang for each tenant since: together they tell a

@@ -100,7 +100,7 @@ func (d *Dispatcher) RateLimited(dest string) float64 {
 }
 
 // BellSwitches is how often the live doorbell changed its pull.
-func (d *Dispatcher) BellSwitches() uint64 { return d.bellSwitches.Load() }
+func (d *Dispatcher) BellSwitches() uint64 { return uint64(testutil.ToFloat64(d.m.bellSwitches)) }
 
 // BodiesHeld is the bytes of event bodies the dispatcher holds.
 func (d *Dispatcher) BodiesHeld() int64 { return d.bodies.used.Load() }

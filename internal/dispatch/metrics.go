@@ -29,8 +29,10 @@ type metrics struct {
 	behindStream  *prometheus.CounterVec   // dest: pairs found with backlog and a cursor behind the stream's first sequence
 	pruned        prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
 	scanSecond    prometheus.Histogram
-	members       prometheus.Gauge // dispatchers alive at the last heartbeat
-	feeds         prometheus.Gauge // replay feeds running
+	members       prometheus.Gauge   // dispatchers alive at the last heartbeat
+	feeds         prometheus.Gauge   // replay feeds running
+	bellPull      prometheus.Gauge   // the live doorbell's pull (paced_bell.go)
+	bellSwitches  prometheus.Counter // changes of that pull
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -90,10 +92,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scan_seconds", Help: "Duration of a full backlog scan.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
 		feeds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "replay_feeds", Help: "Replay feeds running: one consumer of PRODUCTS per (tenant, destination) this dispatcher is replaying, which learns the replayed events' sequences and store times."}),
+		bellPull: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "doorbell_pull", Help: "Messages the live doorbell asks PRODUCTS for at a time: 16384 while it reads ahead of the stream's end (the body budget has room), 4096 while it paces itself and the backlog waits in the stream."}),
+		bellSwitches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "doorbell_pull_changes_total", Help: "Changes of the live doorbell's pull (fairway_dispatcher_doorbell_pull), each a new ordered consumer from the sequence after the last delivered."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
 		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.rateLimited, m.backfillWaits, m.bodyWaits, m.refilled, m.read,
-		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.feeds} {
+		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.feeds, m.bellPull, m.bellSwitches} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -58,6 +58,7 @@ func (d *Dispatcher) startPacedBell(ctx context.Context, from uint64, handle jet
 		return nil, err
 	}
 	p.cc = cc
+	d.m.bellPull.Set(float64(p.pull))
 	go p.pace(ctx)
 	return p, nil
 }
@@ -124,7 +125,8 @@ func (p *pacedBell) switchPull(ctx context.Context, pull int) {
 	}
 	d.log.Debug("doorbell pull", "pull", pull, "from", next)
 	p.cc, p.pull = cc, pull
-	d.bellSwitches.Add(1)
+	d.m.bellSwitches.Inc()
+	d.m.bellPull.Set(float64(pull))
 }
 
 // Stop stops the doorbell; later calls do nothing.
