@@ -297,20 +297,18 @@ func (x *destination) waiting(ts *tenantState) int64 {
 		return 0
 	}
 	span := int64(ts.lastSeq - cursor + 1)
-	d := x.d
-	lf, bf := d.liveFrom.Load(), d.backFrom.Load()
 	var n int64
 	switch {
-	case lf == 0:
-	case ts.fresh && ts.cursor >= ts.live.floor,
-		ts.cursor != 0 && ts.cursor >= max(lf, ts.live.floor):
+	case x.liveCovers(ts, ts.cursor):
 		n = int64(ts.live.count())
-	case ts.cursor == 0 || bf == 0 || ts.live.floor != 0:
-	case d.backDone.Load() && ts.cursor >= max(bf, ts.back.floor):
+	case ts.cursor == 0 || ts.live.floor != 0:
+		// The cursor is unknown, or the live index does not follow on
+		// from the backfill's: only the span is known.
+	case x.d.backDone.Load() && x.backCovers(ts, ts.cursor):
 		// From the backfill's region on: what it delivered, then the
 		// doorbell's.
 		n = int64(ts.back.count() + ts.live.count())
-	case ts.backExpect > 0 && ts.cursor <= ts.backFirst:
+	case x.d.backFrom.Load() != 0 && ts.backExpect > 0 && ts.cursor <= ts.backFirst:
 		// The backfill is on its way, nothing of the tenant dispatched
 		// yet: what the start-up scan counted, then the doorbell's.
 		n = int64(ts.backExpect) + int64(ts.live.count())

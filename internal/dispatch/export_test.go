@@ -79,18 +79,24 @@ func (d *Dispatcher) BodyWaits(dest string) float64 {
 // Weight returns the weight dest's scheduler uses for tenant (0: the
 // tenant is unknown there).
 func (d *Dispatcher) Weight(dest, tenant string) int {
+	return tenantField(d, dest, tenant, func(ts *tenantState) int { return ts.weight })
+}
+
+// tenantField reads f of dest's state of tenant under its lock (zero when
+// either is unknown).
+func tenantField[T any](d *Dispatcher, dest, tenant string, f func(*tenantState) T) (v T) {
 	d.mu.Lock()
 	x := d.dests[dest]
 	d.mu.Unlock()
 	if x == nil {
-		return 0
+		return v
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if ts := x.tenants[tenant]; ts != nil {
-		return ts.weight
+		v = f(ts)
 	}
-	return 0
+	return v
 }
 
 // RateLimited returns how many grants of dest a pair's dispatch rate held
@@ -112,16 +118,5 @@ func (d *Dispatcher) Running() bool { return d.liveFrom.Load() != 0 && d.backDon
 // Releases returns how many release wake-ups of (tenant, dest) the
 // dispatcher has handled.
 func (d *Dispatcher) Releases(dest, tenant string) uint64 {
-	d.mu.Lock()
-	x := d.dests[dest]
-	d.mu.Unlock()
-	if x == nil {
-		return 0
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if ts := x.tenants[tenant]; ts != nil {
-		return ts.gen
-	}
-	return 0
+	return tenantField(d, dest, tenant, func(ts *tenantState) uint64 { return ts.gen })
 }

@@ -80,7 +80,8 @@ import (
 //
 // Without FAIRWAY_BENCH_NOISY_TENANTS it runs the matrix: 1, 20, 200 and
 // 2,000 flooding tenants, each with the backlog queued before the clock
-// (backlog) and published from the clock start on (live), one
+// and the dispatcher's start (backlog) and published from the clock start
+// on while the dispatcher runs (live), one
 // sub-benchmark each, FIFO in the same sub-benchmark; the backlog is then
 // 400,000 events unless FAIRWAY_BENCH_NOISY_EVENTS says otherwise.
 func BenchmarkNoisyNeighbor(b *testing.B) {

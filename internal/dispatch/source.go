@@ -34,19 +34,16 @@ import (
 // PRODUCTS, which is always right.
 func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges []tenancy.Range, counts []int, lists [][]uint64, first time.Time, rest uint64, ok bool) {
 	d := x.d
-	liveFrom, backFrom := d.liveFrom.Load(), d.backFrom.Load()
 	size := x.size
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	switch {
-	case liveFrom == 0:
-		return nil, nil, nil, time.Time{}, 0, false
-	case cursor >= max(liveFrom, ts.live.floor), ts.fresh && cursor >= ts.live.floor:
+	case x.liveCovers(ts, cursor):
 		// Nothing known: read, in case the doorbell is behind or stopped
 		// (a scan's backlog hint brought the grant).
 		ranges, counts, lists, first, rest = ts.live.takeBytes(cursor, n, size, d.itemBytes)
 		return ranges, counts, lists, first, rest, len(ranges) > 0
-	case backFrom == 0 || cursor < max(backFrom, ts.back.floor):
+	case !x.backCovers(ts, cursor):
 		return nil, nil, nil, time.Time{}, 0, false
 	}
 	// cursor is in the backfill's region [backFrom, liveFrom).
@@ -76,6 +73,25 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	}
 	ranges, counts, lists, first, rest = ts.live.takeBytes(cursor, n, size, d.itemBytes)
 	return ranges, counts, lists, first, rest, len(ranges) > 0
+}
+
+// liveCovers says the live index holds every event of the tenant from
+// cursor on: the cursor is past where the doorbell started and what the
+// index dropped, or the tenant is fresh (its index holds its every event)
+// and nothing it dropped lies past the cursor. False before the doorbell
+// started. x.mu must be held.
+func (x *destination) liveCovers(ts *tenantState, cursor uint64) bool {
+	lf := x.d.liveFrom.Load()
+	return lf != 0 && (cursor >= max(lf, ts.live.floor) || ts.fresh && cursor >= ts.live.floor)
+}
+
+// backCovers says cursor is in the start-up backfill's region and past
+// what the tenant's backfill index dropped: that index holds the tenant's
+// events from cursor on as far as the backfill has delivered them.
+// x.mu must be held.
+func (x *destination) backCovers(ts *tenantState, cursor uint64) bool {
+	bf := x.d.backFrom.Load()
+	return bf != 0 && cursor >= max(bf, ts.back.floor)
 }
 
 // readMax is how many events a grant of up to n events reads from

@@ -202,8 +202,9 @@ type Scheduler struct {
 	// newFlows holds flows that have just become active with credit for
 	// the current round; Next serves it before the rounds (sparse-flow
 	// priority, see the package documentation). It is kept in tiers by
-	// the share of the round's quantum a flow has spent (newTier), each in
-	// arrival order, and Next serves the lowest tier first.
+	// the share of the round's quantum a flow will have spent once its
+	// next grant is served (newTier), each in arrival order, and Next
+	// serves the lowest tier first.
 	newFlows [newTiers]flowList
 
 	// lists[cur] holds the flows still to be visited in the current round
@@ -269,8 +270,11 @@ func (s *Scheduler) SetBacklog(k Key, events int64, weight int) {
 	if wasIdle {
 		f.activated = true
 	}
+	if f.list != nil {
+		s.retier(f)
+		return
+	}
 	s.requeue(f, false)
-	s.retier(f)
 }
 
 // retier moves a flow waiting on the new-flows list to a later tier when
@@ -280,18 +284,13 @@ func (s *Scheduler) SetBacklog(k Key, events int64, weight int) {
 // few. It never moves a flow to an earlier tier, nor one whose visit goes
 // on at the list's head.
 func (s *Scheduler) retier(f *flow) {
-	if f.list == nil || f.visiting {
+	i := s.tierOf(f.list)
+	if i < 0 || f.visiting {
 		return
 	}
-	for i := range s.newFlows {
-		if f.list != &s.newFlows[i] {
-			continue
-		}
-		if t := s.newTier(f); t > i {
-			f.list.remove(f)
-			s.newFlows[t].pushBack(f)
-		}
-		return
+	if t := s.newTier(f); t > i {
+		f.list.remove(f)
+		s.newFlows[t].pushBack(f)
 	}
 }
 
@@ -608,7 +607,7 @@ func (s *Scheduler) newTier(f *flow) int {
 		spent, q = 0, max(s.cfg.Quantum*int64(f.weight), 1)
 	}
 	next := min(f.backlog, int64(s.cfg.MaxBatch), max(q-spent, 1))
-	return min(bits.Len64(uint64(max(spent+next, 0)*64/q)), newTiers-1)
+	return min(bits.Len64(uint64((spent+next)*64/q)), newTiers-1)
 }
 
 // newHead returns the lowest tier of the new-flows list that holds a
@@ -622,10 +621,19 @@ func (s *Scheduler) newHead() *flowList {
 	return nil
 }
 
-// isNew says whether l is a tier of the new-flows list.
-func (s *Scheduler) isNew(l *flowList) bool {
-	return l != nil && l != &s.lists[0] && l != &s.lists[1]
+// tierOf is the tier of the new-flows list l is, or -1 when it is none
+// (a round's list, or nil).
+func (s *Scheduler) tierOf(l *flowList) int {
+	for i := range s.newFlows {
+		if l == &s.newFlows[i] {
+			return i
+		}
+	}
+	return -1
 }
+
+// isNew says whether l is a tier of the new-flows list.
+func (s *Scheduler) isNew(l *flowList) bool { return s.tierOf(l) >= 0 }
 
 // active counts the listed flows.
 func (s *Scheduler) active() int {
