@@ -28,21 +28,21 @@ func (c *cli) replayCmd() *cobra.Command {
 		rate    string
 	)
 	cmd := &cobra.Command{
-		Use:   "replay --tenant <id> --dest <destination|all> (--from-seq N | --since 2h | --from 2026-11-20T10:00:00Z) [--to-seq M] [--rate N|unlimited]",
-		Short: "Send a tenant's events to a destination again, through the normal fair, slot-limited path",
-		Long: `replay rewinds the tenant's dispatch cursor for the destination (or every
-destination with --dest all) to the start you give. Everything from there up
-to where the cursor was (or up to --to-seq) is dispatched again next to live
-traffic; sinks are idempotent, so replaying twice leaves every destination as
-after once. With --to-seq the cursor jumps back to where it was once the
-batch holding that sequence is dispatched; that batch (at most the
-dispatcher's --batch-size events) may reach past it.
+		Use:   "replay --tenant <id> --dest <destination|all> (--from-seq N | --since 2h | --from 2026-11-20T10:00:00Z) [--to-seq M] [--rate N|unlimited] [--slots N]",
+		Short: "Send a tenant's events to a destination again, through the normal fair path, beside its live events",
+		Long: `replay sends the tenant's events for the destination (or every destination
+with --dest all) again, from the start you give up to where its dispatch
+cursor is (or through --to-seq). The replay runs in a lane of its own: a
+cursor and --slots slots of its own, so the tenant's live events keep their
+cursor and slots and go on flowing while it replays. Sinks are idempotent
+and never replace a newer version with an older one, so replaying twice
+leaves every destination as after once.
 
 A replay is throttled so that it does not take the machines from live
 traffic: each dispatcher replays at most --rate events per second per
 destination (default: the dispatcher's --replay-rate; "unlimited" for as
-fast as the tenant's slots allow). The tenant's new events for that
-destination are dispatched after the replayed range.
+fast as the replay's slots allow). A replay started while another runs for
+the same tenant and destination widens it to cover both.
 
 On a terminal it shows a progress bar (events dispatched again / total, rate,
 ETA) until the replay is through; elsewhere it prints a line every few
@@ -57,6 +57,9 @@ seconds with --wait, or starts the replay and returns.`,
 			}
 			if req.Tenant == "" || req.Dest == "" || given != 1 {
 				return usageError{fmt.Errorf("--tenant, --dest and exactly one of --from-seq, --since, --from are required")}
+			}
+			if req.Slots < 1 || req.Slots > tenancy.ReplaySlotsMax {
+				return usageError{fmt.Errorf("--slots %d: want 1..%d", req.Slots, tenancy.ReplaySlotsMax)}
 			}
 			switch rate {
 			case "", "default":
@@ -106,6 +109,7 @@ seconds with --wait, or starts the replay and returns.`,
 	f.DurationVar(&since, "since", 0, "replay events stored within this long (e.g. 2h)")
 	f.StringVar(&from, "from", "", "replay events stored at or after this RFC 3339 time")
 	f.StringVar(&rate, "rate", "", "events per second per destination, or unlimited (default: the dispatcher's --replay-rate)")
+	f.IntVar(&req.Slots, "slots", 1, fmt.Sprintf("batches the replay may have in a destination at once, on top of the tenant's own slots (1..%d)", tenancy.ReplaySlotsMax))
 	f.BoolVar(&wait, "wait", false, "watch progress until the replay is through (default on a terminal)")
 	f.BoolVar(&noWait, "no-wait", false, "start the replay and return")
 	f.DurationVar(&refresh, "refresh", time.Second, "how often progress is read")

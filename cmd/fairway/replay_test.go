@@ -53,9 +53,12 @@ func TestReplayCommands(t *testing.T) {
 		err := cmd.ExecuteContext(ctx)
 		return out.String(), errOut.String(), err
 	}
-	_, errOut, err := run("replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--no-wait")
+	_, errOut, err := run("replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--slots", "2", "--no-wait")
 	if err != nil || !strings.Contains(errOut, "replay 1: acme → postgres, sequences 2..5, 4 events") {
 		t.Fatalf("replay: %q %v", errOut, err)
+	}
+	if ps, err := store.PairStatuses(ctx, "acme"); err != nil || len(ps) != 1 || ps[0].ReplaySlots != 2 || ps[0].ReplayNext != 2 || ps[0].NextSeq != last+1 {
+		t.Fatalf("pair %+v %v, want the replay from 2 with 2 slots beside the cursor %d", ps, err, last+1)
 	}
 	out, _, err := run("replay", "status")
 	if err != nil || !strings.Contains(out, "running") || !strings.Contains(out, "acme") {
@@ -64,8 +67,8 @@ func TestReplayCommands(t *testing.T) {
 	if out, _, err := run("replay", "cancel", "1"); err != nil || !strings.Contains(out, "cancelled") {
 		t.Fatalf("cancel: %q %v", out, err)
 	}
-	if c, _ := store.Cursor(ctx, "acme", "postgres"); c != last+1 {
-		t.Fatalf("cursor after cancel %d, want %d", c, last+1)
+	if ps, _ := store.PairState(ctx, "acme", "postgres"); ps.Replaying() || ps.NextSeq != last+1 {
+		t.Fatalf("pair after cancel %+v, want not replaying, cursor %d", ps, last+1)
 	}
 	// --to-seq bounds the range.
 	_, errOut, err = run("replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--to-seq", "3", "--rate", "250", "--no-wait")
@@ -85,6 +88,8 @@ func TestReplayCommands(t *testing.T) {
 		{"replay", "--tenant", "acme", "--dest", "postgres", "--from", "yesterday"},
 		{"replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--rate", "fast"},
 		{"replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--rate", "0"},
+		{"replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--slots", "0"},
+		{"replay", "--tenant", "acme", "--dest", "postgres", "--from-seq", "2", "--slots", "65"},
 	} {
 		if _, _, err := run(bad...); err == nil {
 			t.Errorf("%v: no error", bad)
@@ -94,7 +99,7 @@ func TestReplayCommands(t *testing.T) {
 	if _, errOut, err := run("replay", "--tenant", "acme", "--dest", "postgres", "--since", "1h", "--rate", "unlimited", "--no-wait"); err != nil || !strings.Contains(errOut, "rate unlimited") {
 		t.Fatalf("since: %q %v", errOut, err)
 	}
-	if _, err := store.Dispatch(ctx, "acme", "postgres", "d2", 1, last); err != nil {
+	if _, err := store.DispatchReplay(ctx, "acme", "postgres", "d2", 1, []tenancy.Range{{From: 1, To: last}}); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err = run("replay", "status", "--all")

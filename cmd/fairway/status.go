@@ -53,6 +53,9 @@ func (c *cli) statusCmd() *cobra.Command {
 				if r.WaitDetail != "" {
 					why += ": " + shorten(r.WaitDetail, 80)
 				}
+				if r.Replaying {
+					why += fmt.Sprintf(" (replay: %d left, %d/%d replay slots)", r.ReplayLeft, r.ReplayInUse, r.ReplaySlots)
+				}
 				if r.Expiring {
 					why += fmt.Sprintf(" (oldest expires in %s: PRODUCTS' MaxAge)", r.ExpiresIn.Round(time.Second))
 				}

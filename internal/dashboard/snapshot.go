@@ -72,6 +72,12 @@ type TenantRow struct {
 	// ExpiresInSeconds (status.Row.Expiring).
 	Expiring         bool    `json:"expiring,omitempty"`
 	ExpiresInSeconds float64 `json:"expires_in_seconds,omitempty"`
+	// Replaying: a replay runs in the pair's replay lane, with ReplayLeft
+	// events left and ReplayInUse of its ReplaySlots slots held.
+	Replaying   bool   `json:"replaying,omitempty"`
+	ReplayLeft  uint64 `json:"replay_left,omitempty"`
+	ReplayInUse int    `json:"replay_in_use,omitempty"`
+	ReplaySlots int    `json:"replay_slots,omitempty"`
 }
 
 // DestRow is one destination: totals over every tenant, and its
@@ -196,5 +202,6 @@ func tenantRow(r status.Row) TenantRow {
 		InUse: r.InUse, Limit: r.Limit, Weight: r.Weight, Paused: r.Paused,
 		DeadLetters: r.DeadLetters, Reason: r.Reason,
 		Expiring: r.Expiring, ExpiresInSeconds: r.ExpiresIn.Seconds(),
+		Replaying: r.Replaying, ReplayLeft: r.ReplayLeft, ReplayInUse: r.ReplayInUse, ReplaySlots: r.ReplaySlots,
 	}
 }

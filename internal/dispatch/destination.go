@@ -11,16 +11,23 @@ import (
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
-// destination is one destination's scheduler and loop. Destinations share
-// nothing but the Dispatcher's connections, so a slow destination never
-// delays another.
+// destination is one lane of one destination: its scheduler and loop.
+// Each destination has two: the live lane, which the doorbell rings and
+// which moves the pairs' cursors, and the replay lane (replays), which
+// dispatches operators' replays with the pairs' replay cursors and slots
+// (tenancy.Rewind), so that a tenant's live events never wait behind its
+// replay. Lanes share nothing but the Dispatcher's connections, so a
+// slow destination (or a replay) never delays another.
 type destination struct {
-	d     *Dispatcher
-	name  string
-	size  int // the most events one work item covers (Config.batchSize)
-	sched *scheduler.Scheduler
-	wake  chan struct{}
-	win   *workWindow // nil: WORK is not kept shallow (Config.WorkWindow)
+	d    *Dispatcher
+	name string
+	// replay says this is a replay lane; replays is a live lane's.
+	replay  bool
+	replays *destination
+	size    int // the most events one work item covers (Config.batchSize)
+	sched   *scheduler.Scheduler
+	wake    chan struct{}
+	win     *workWindow // nil: WORK is not kept shallow (Config.WorkWindow)
 
 	started bool // guarded by d.mu
 
@@ -81,9 +88,10 @@ type tenantState struct {
 	fresh bool
 	back  seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
 
-	// A cursor below replayUntil is replaying (tenancy.PairState), at
-	// replayRate events/s (0: Config.ReplayRate; negative: unthrottled),
-	// metered by replayLim.
+	// In a replay lane, the replay ends before replayUntil
+	// (tenancy.PairState) and runs at replayRate events/s (0:
+	// Config.ReplayRate; negative: unthrottled), metered by replayLim;
+	// cursor is the replay's. A live lane's replayUntil is 0.
 	replayUntil uint64
 	replayRate  int
 	replayLim   *rate.Limiter
@@ -109,12 +117,26 @@ type tenantState struct {
 	}
 }
 
-func newDestination(d *Dispatcher, name string, sched *scheduler.Scheduler) *destination {
-	x := &destination{d: d, name: name, size: d.cfg.batchSize(name), sched: sched, wake: make(chan struct{}, 1), tenants: map[string]*tenantState{}}
+// newDestination returns the live lane of destination name, scheduled by
+// live, with its replay lane, scheduled by replay.
+func newDestination(d *Dispatcher, name string, live, replay *scheduler.Scheduler) *destination {
+	lane := func(sched *scheduler.Scheduler) *destination {
+		return &destination{d: d, name: name, size: d.cfg.batchSize(name), sched: sched, wake: make(chan struct{}, 1), tenants: map[string]*tenantState{}}
+	}
+	x := lane(live)
+	x.replays = lane(replay)
+	x.replays.replay = true
+	// The replay lane needs no window: its slots bound what it has in
+	// WORK.
 	if !d.cfg.DeepWork {
 		x.win = newWorkWindow(d.js, name, d.cfg.GrantBatches)
 	}
 	return x
+}
+
+// lanes returns x and its replay lane.
+func (x *destination) lanes() []*destination {
+	return []*destination{x, x.replays}
 }
 
 func (x *destination) key(tenant string) scheduler.Key {
@@ -136,7 +158,7 @@ func (x *destination) stateRinging(tenant string, ringing uint64) *tenantState {
 		// this state: its index starts at what they deliver now, unless
 		// they delivered nothing of the tenant before.
 		ts.live.floor, ts.back.floor = x.d.bellSeq.Load(), x.d.backSeq.Load()
-		if x.d.fresh(tenant, ringing) {
+		if !x.replay && x.d.fresh(tenant, ringing) {
 			ts.fresh, ts.live.floor = true, 0
 		}
 		x.tenants[tenant] = ts
@@ -198,7 +220,9 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 			})
 		}
 	wait:
-		x.gauges(len(sem))
+		if !x.replay { // the destination's gauges are its live lane's
+			x.gauges(len(sem))
+		}
 		select {
 		case <-loopCtx.Done():
 			return
@@ -228,7 +252,10 @@ func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells
 	x.forgetBelow(ts, next)
 	x.endFeed(ts)
 	backlog := int64(pending)
-	if backlog == 0 && ts.bells != bells {
+	switch {
+	case x.replay && next >= ts.replayUntil:
+		backlog = 0 // the replay is over
+	case backlog == 0 && ts.bells != bells:
 		backlog = x.waiting(ts) // events arrived after the read
 	}
 	x.sched.SetBacklog(k, backlog+int64(n), ts.weight)
@@ -321,8 +348,10 @@ func (x *destination) waiting(ts *tenantState) int64 {
 
 // seed applies a scan result: the tenant's cursor, weight and replay from
 // PostgreSQL and its backlog as the server counted it from the tenant's
-// first waiting event, first (0: none). A tenant with a grant outstanding keeps
-// what its grant will report; seed then reports false.
+// first waiting event, first (0: none); in a replay lane, p.NextSeq is the
+// replay's cursor and the backlog what is left of the replay (seedReplay).
+// A tenant with a grant outstanding keeps what its grant will report;
+// seed then reports false.
 //
 // dense, when it covers p.NextSeq, is a run of the tenant's events a grant
 // may cut by arithmetic (denseRun); otherwise what was known is kept while
@@ -331,7 +360,9 @@ func (x *destination) seed(p tenancy.PairState, backlog, first uint64, dense den
 	x.mu.Lock()
 	ts := x.state(p.Tenant)
 	ts.weight = max(p.Weight, 1)
-	ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
+	if x.replay {
+		ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
+	}
 	ts.rate = p.Rate
 	if _, ok := dense.at(p.NextSeq); ok {
 		ts.dense = dense
@@ -347,7 +378,7 @@ func (x *destination) seed(p tenancy.PairState, backlog, first uint64, dense den
 		last += backlog - 1
 	}
 	ts.lastSeq = max(ts.lastSeq, last)
-	if !x.d.backDone.Load() && ts.backExpect == 0 && first > 0 {
+	if !x.replay && !x.d.backDone.Load() && ts.backExpect == 0 && first > 0 {
 		ts.backFirst, ts.backExpect = first, backlog
 	}
 	granted := ts.granted

@@ -86,6 +86,9 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 				d.noteBehind(p.x, p.tenant, ps.NextSeq, streamFirst, backlog)
 				run, err = d.denseBacklog(ctx, p.tenant, ps.NextSeq, backlog, first)
 			}
+			if err == nil {
+				_, err = d.seedReplay(ctx, p.x.replays, ps)
+			}
 			if err != nil {
 				mu.Lock()
 				firstErr = err
@@ -145,12 +148,12 @@ func (d *Dispatcher) probe(ctx context.Context, tenant string, cursor uint64) (b
 	return uint64(len(b.Msgs)) + b.Pending, first, nil
 }
 
-// reloadPair picks up an operator's move of (tenant, dest)'s cursor — a
-// replay's rewind, a cancelled replay (tenancy.Released.Cursor) — at once
-// instead of at the next poll: it reloads the cursor and the replay from
-// PostgreSQL and probes the backlog. While a grant of the tenant is in
-// flight its outcome would overwrite the reload, so it tries again once
-// the grant is done.
+// reloadPair picks up an operator's change to (tenant, dest) — a replay
+// started or cancelled, a cursor reset (tenancy.Released.Cursor), a new
+// weight — at once instead of at the next poll: it reloads the pair from
+// PostgreSQL into both lanes and probes their backlogs. While a grant of
+// the tenant is in flight in a lane its outcome would overwrite the
+// reload, so that lane tries again once the grant is done.
 func (d *Dispatcher) reloadPair(ctx context.Context, tenant, dest string) {
 	d.mu.Lock()
 	x := d.dests[dest]
@@ -158,35 +161,49 @@ func (d *Dispatcher) reloadPair(ctx context.Context, tenant, dest string) {
 	if x == nil {
 		return // not a destination of this dispatcher (yet): the next poll sees it
 	}
+	for _, l := range x.lanes() {
+		if err := d.reloadLane(ctx, l, tenant); err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("reloading a changed pair failed; the next poll picks it up", "tenant", tenant, "dest", dest, "err", err)
+				d.m.errors.WithLabelValues(dest, "reload").Inc()
+			}
+			return
+		}
+	}
+}
+
+// reloadLane is reloadPair for one lane.
+func (d *Dispatcher) reloadLane(ctx context.Context, x *destination, tenant string) error {
 	for ctx.Err() == nil {
 		if x.granted(tenant) {
 			// Its outcome would overwrite the reload: no reads until it is done.
 			sleepCtx(ctx, 20*time.Millisecond)
 			continue
 		}
-		ps, err := d.st.PairState(ctx, tenant, dest)
-		if err == nil {
-			var backlog, first uint64
-			var dense denseRun
-			if backlog, first, err = d.probe(ctx, tenant, ps.NextSeq); err == nil {
-				dense, err = d.denseReplay(ctx, ps, backlog, first)
-			}
-			if err == nil && dense.until == 0 {
-				dense, err = d.denseBacklog(ctx, tenant, ps.NextSeq, backlog, first)
-			}
-			if err == nil && x.seed(ps, backlog, first, dense) {
-				return
-			}
-		}
+		ps, err := d.st.PairState(ctx, tenant, x.name)
 		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("reloading a moved cursor failed; the next poll picks it up", "tenant", tenant, "dest", dest, "err", err)
-				d.m.errors.WithLabelValues(dest, "reload").Inc()
+			return err
+		}
+		if x.replay {
+			if seeded, err := d.seedReplay(ctx, x, ps); err != nil || seeded {
+				return err
 			}
-			return
+			continue // a grant began between the reads and the seed
+		}
+		backlog, first, err := d.probe(ctx, tenant, ps.NextSeq)
+		if err != nil {
+			return err
+		}
+		dense, err := d.denseBacklog(ctx, tenant, ps.NextSeq, backlog, first)
+		if err != nil {
+			return err
+		}
+		if x.seed(ps, backlog, first, dense) {
+			return nil
 		}
 		// A grant began between the reads and the seed: try again.
 	}
+	return ctx.Err()
 }
 
 // sleepCtx waits for d or until ctx ends.
@@ -199,22 +216,41 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// denseReplay returns the replayed range [ps.NextSeq, ps.ReplayUntil) as
-// a dense run when every sequence of it is the tenant's (one more probe:
-// the tenant's events from the range's end on), else the zero run.
-// backlog and first are the probe at the cursor.
-func (d *Dispatcher) denseReplay(ctx context.Context, ps tenancy.PairState, backlog, first uint64) (denseRun, error) {
-	if !ps.Replaying() || first != ps.NextSeq {
-		return denseRun{}, nil
+// seedReplay seeds the replay lane x with ps's replay: its cursor, end
+// and rate, and what is left of it, the tenant's events in [ReplayNext,
+// ReplayUntil), as a dense run when every sequence there is the tenant's
+// (then cut by arithmetic). A pair not replaying leaves the lane: it is
+// seeded with nothing left if the lane knows it, and not added otherwise.
+// Two probes per replaying pair: from its replay cursor and from its end.
+// seeded is false when a grant of the tenant began in the lane meanwhile
+// (destination.seed).
+func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.PairState) (seeded bool, err error) {
+	rp := ps
+	rp.NextSeq = max(ps.ReplayNext, 1)
+	if !ps.Replaying() {
+		x.mu.Lock()
+		_, known := x.tenants[ps.Tenant]
+		x.mu.Unlock()
+		if !known {
+			return true, nil
+		}
+		rp.NextSeq = max(rp.NextSeq, ps.ReplayUntil)
+		return x.seed(rp, 0, 0, denseRun{}), nil
+	}
+	backlog, first, err := d.probe(ctx, ps.Tenant, rp.NextSeq)
+	if err != nil {
+		return false, err
 	}
 	after, _, err := d.probe(ctx, ps.Tenant, ps.ReplayUntil)
 	if err != nil {
-		return denseRun{}, err
+		return false, err
 	}
-	if backlog >= after && backlog-after == ps.ReplayUntil-ps.NextSeq {
-		return denseRun{low: ps.NextSeq, from: ps.NextSeq, until: ps.ReplayUntil}, nil
+	left := backlog - min(backlog, after)
+	var dense denseRun
+	if first == rp.NextSeq && left == ps.ReplayUntil-rp.NextSeq {
+		dense = denseRun{low: rp.NextSeq, from: rp.NextSeq, until: ps.ReplayUntil}
 	}
-	return denseRun{}, nil
+	return x.seed(rp, left, first, dense), nil
 }
 
 // denseBacklog returns the tenant's backlog as one dense run, from its
@@ -340,7 +376,7 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 		case <-reached:
 			d.backDone.Store(true)
 			d.log.Debug("backfill done", "from", from, "until", until)
-			for _, x := range d.allDests() {
+			for _, x := range d.allLanes() {
 				x.kick()
 			}
 			cc.Stop()
@@ -392,7 +428,7 @@ func (d *Dispatcher) pollLoop(ctx context.Context, stream jetstream.Stream) {
 			d.log.Warn("poll scan failed", "err", err)
 			d.m.errors.WithLabelValues("", "scan").Inc()
 		}
-		for _, x := range d.allDests() {
+		for _, x := range d.allLanes() {
 			x.unblockAll()
 		}
 	}

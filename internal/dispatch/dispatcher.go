@@ -258,13 +258,16 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-// startLoop runs x's loop; d.mu must be held and d.running true.
+// startLoop runs the loops of x's lanes; d.mu must be held and d.running
+// true.
 func (d *Dispatcher) startLoop(x *destination) {
 	if x.started {
 		return
 	}
 	x.started = true
-	d.loops.Go(func() { x.run(d.loopCtx, d.workCtx) })
+	for _, l := range x.lanes() {
+		d.loops.Go(func() { l.run(d.loopCtx, d.workCtx) })
+	}
 	if x.win != nil {
 		d.loops.Go(func() {
 			var logged bool
@@ -290,14 +293,16 @@ func (d *Dispatcher) destination(name string) (*destination, error) {
 	if err := tenancy.ValidDest(name); err != nil {
 		return nil, err
 	}
-	sched, err := scheduler.New(scheduler.Config{
+	sc := scheduler.Config{
 		Quantum: d.cfg.quantum(name), MaxBatch: d.cfg.batchSize(name) * d.cfg.GrantBatches, LoneRounds: d.cfg.GrantBatches,
 		Dampening: d.cfg.Dampening[name], Clock: d.cfg.Clock,
-	})
+	}
+	live, err := scheduler.New(sc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: destination %s: %v", ErrInvalidConfig, name, err)
 	}
-	x := newDestination(d, name, sched)
+	replay, _ := scheduler.New(sc) // the same configuration: no error
+	x := newDestination(d, name, live, replay)
 	d.dests[name] = x
 	if d.running && d.loopCtx.Err() == nil {
 		d.startLoop(x)
@@ -311,10 +316,20 @@ func (d *Dispatcher) destNames() []string {
 	return slices.Sorted(maps.Keys(d.dests))
 }
 
+// allDests returns every destination's live lane.
 func (d *Dispatcher) allDests() []*destination {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Collect(maps.Values(d.dests))
+}
+
+// allLanes returns every destination's lanes, live and replay.
+func (d *Dispatcher) allLanes() []*destination {
+	var out []*destination
+	for _, x := range d.allDests() {
+		out = append(out, x.lanes()...)
+	}
+	return out
 }
 
 // destsOf returns tenant's destinations: the static ones plus one per
@@ -372,7 +387,7 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 			}
 			if r.Tenant == "" {
 				d.m.wakeups.WithLabelValues("rescan").Inc()
-				for _, x := range d.allDests() {
+				for _, x := range d.allLanes() {
 					x.unblockAll()
 				}
 				d.kickRecovery()
@@ -395,7 +410,11 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 				continue
 			}
 			d.m.wakeups.WithLabelValues("release").Inc()
-			if x.unblock(r.Tenant, r.Slots) {
+			// The release does not say whose slot it was: both lanes
+			// look again (a lane without the tenant ignores it).
+			orphans := x.unblock(r.Tenant, r.Slots)
+			x.replays.unblock(r.Tenant, r.Slots)
+			if orphans {
 				d.kickRecovery()
 			}
 		}

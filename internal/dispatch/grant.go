@@ -78,6 +78,34 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 	return x.publishItems(ctx, p, leases, at)
 }
 
+// cursorOf reads the tenant's cursor in x's lane from PostgreSQL: the
+// pair's, or in a replay lane the replay's, whose end and rate it learns
+// too (past the end when the pair does not replay).
+func (x *destination) cursorOf(ctx context.Context, tenant string) (uint64, error) {
+	if !x.replay {
+		return x.d.st.Cursor(ctx, tenant, x.name)
+	}
+	ps, err := x.d.st.PairState(ctx, tenant, x.name)
+	if err != nil {
+		return 0, err
+	}
+	x.mu.Lock()
+	ts := x.state(tenant)
+	ts.replayUntil, ts.replayRate = ps.ReplayUntil, ps.ReplayRate
+	x.mu.Unlock()
+	if !ps.Replaying() {
+		return max(ps.ReplayNext, ps.ReplayUntil, 1), nil
+	}
+	return ps.ReplayNext, nil
+}
+
+// replayEnd is where the tenant's replay ends in a replay lane.
+func (x *destination) replayEnd(ts *tenantState) uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return ts.replayUntil
+}
+
 // grantEvents is the most events a grant may dispatch: its MaxEvents, and
 // its credit, counted in events here (at least one).
 func grantEvents(g scheduler.Grant) int {
@@ -95,12 +123,16 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 	p = &grant{k: k, ts: ts, from: ts.cursor, gen: ts.gen, bells: ts.bells, source: "index"}
 	x.mu.Unlock()
 	if p.from == 0 {
-		c, err := d.st.Cursor(ctx, k.Tenant, x.name)
+		c, err := x.cursorOf(ctx, k.Tenant)
 		if err != nil {
 			x.setAside(k, "cursor", err)
 			return nil, false
 		}
 		p.from = c
+	}
+	if x.replay && p.from >= x.replayEnd(ts) {
+		x.finish(k, p.from, 0, 0, p.bells) // the replay is over
+		return nil, false
 	}
 	n := grantEvents(g)
 	var wait time.Duration
@@ -118,14 +150,16 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 	}
 	p.backDone = d.backDone.Load() // before the cut: see caughtUp
 	b := &p.cutBatches
-	b.ranges, b.counts, b.lists, p.first, b.pending, ok = x.fromIndex(ts, p.from, n)
-	if !p.backDone && x.waitForBackfill(k, ts, p.from, sum(b.counts), ok) {
-		return nil, false
-	}
-	if ok {
-		b.times, b.bodies = x.indexCarry(ts, b.ranges, b.counts)
-		if x.carried(k, ts, b) {
+	if !x.replay { // the doorbell indexes live events only
+		b.ranges, b.counts, b.lists, p.first, b.pending, ok = x.fromIndex(ts, p.from, n)
+		if !p.backDone && x.waitForBackfill(k, ts, p.from, sum(b.counts), ok) {
 			return nil, false
+		}
+		if ok {
+			b.times, b.bodies = x.indexCarry(ts, b.ranges, b.counts)
+			if x.carried(k, ts, b) {
+				return nil, false
+			}
 		}
 	}
 	// A dense run comes before the replay feed: its times come from a few
@@ -161,7 +195,11 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 		p.source = "read"
 		var most int
 		most, p.limited = x.readMax(ts, n)
-		r, err := d.rd.Next(ctx, k.Tenant, p.from, 0, work.ReadOptions{Max: most, NoData: true})
+		var upTo uint64 // a replay's batches end before its end
+		if x.replay {
+			upTo = p.replayUntil - 1
+		}
+		r, err := d.rd.Next(ctx, k.Tenant, p.from, upTo, work.ReadOptions{Max: most, NoData: true})
 		if err != nil {
 			x.setAside(k, "read", err)
 			return nil, false
@@ -173,6 +211,15 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 			b.times = cutTimes(r.Msgs, b.counts)
 			p.first, b.pending = r.Msgs[0].Time, r.Pending
 		}
+	}
+	if len(b.ranges) == 0 && x.replay && p.source == "read" {
+		// None of the tenant's events is left before the replay's end.
+		if err := d.st.FinishReplay(ctx, k.Tenant, x.name, p.from); err != nil {
+			x.setAside(k, "finish replay", err)
+			return nil, false
+		}
+		x.finish(k, max(p.from, p.replayUntil), 0, 0, p.bells)
+		return nil, false
 	}
 	if len(b.ranges) == 0 {
 		x.finish(k, p.from, 0, 0, p.bells)
@@ -187,7 +234,11 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 // of the batches that got a slot, and when; ok is false when none did.
 func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Lease, at time.Time, ok bool) {
 	d, k, ts := x.d, p.k, p.ts
-	leases, err := d.st.DispatchMany(ctx, k.Tenant, x.name, d.cfg.Holder, p.from, p.ranges)
+	dispatch := d.st.DispatchMany
+	if x.replay {
+		dispatch = d.st.DispatchReplay
+	}
+	leases, err := dispatch(ctx, k.Tenant, x.name, d.cfg.Holder, p.from, p.ranges)
 	switch {
 	case errors.Is(err, tenancy.ErrAtLimit):
 		d.m.atLimit.WithLabelValues(x.name).Inc()
@@ -214,7 +265,7 @@ func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Le
 		return nil, at, false
 	case errors.Is(err, tenancy.ErrCursorMoved):
 		d.m.moved.WithLabelValues(x.name).Inc()
-		c, cerr := d.st.Cursor(ctx, k.Tenant, x.name)
+		c, cerr := x.cursorOf(ctx, k.Tenant)
 		x.mu.Lock()
 		ts.granted = false
 		ts.cursor = 0

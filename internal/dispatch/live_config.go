@@ -42,7 +42,9 @@ func (d *Dispatcher) partnerChanged(ctx context.Context, r tenancy.Released) {
 	x := d.dests[r.Dest]
 	d.mu.Unlock()
 	if x != nil {
-		x.idle(ctx, r.Tenant)
+		for _, l := range x.lanes() {
+			l.idle(ctx, r.Tenant)
+		}
 	}
 }
 

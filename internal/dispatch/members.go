@@ -76,7 +76,7 @@ func (d *Dispatcher) heartbeat(ctx context.Context) error {
 	}
 	d.members.Store(&membership{members: members})
 	d.log.Info("dispatchers alive", "holder", d.cfg.Holder, "members", members)
-	for _, x := range d.allDests() {
+	for _, x := range d.allLanes() {
 		x.repark()
 	}
 	return nil

@@ -249,7 +249,7 @@ func TestReplayFeedStops(t *testing.T) {
 		}
 	}
 	replay()
-	if _, err := e.st.AdvanceCursor(e.ctx, "big", pg, seqs[n-1]+1); err != nil {
+	if _, err := e.st.EndReplay(e.ctx, "big", pg); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor("the cancelled replay's feed stopped", func() bool { return d.Feeds() == 0 })

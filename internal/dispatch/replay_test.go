@@ -125,3 +125,65 @@ func filterTenant(items []work.Item, tenant string) []work.Item {
 	}
 	return out
 }
+
+// A replaying tenant's live events do not wait for its replay: the replay
+// runs in its own lane, with its own cursor and slot, so with the
+// tenant's one slot and a slow replay the live events are applied while
+// the replay is far from done, and neither lane dispatches the other's
+// events.
+func TestLiveEventsFlowDuringTheirTenantsReplay(t *testing.T) {
+	t.Parallel()
+	const (
+		n     = 3000
+		batch = 100
+		rate  = 300 // events/s: the replay takes about 10 s
+	)
+	e := setup(t, time.Minute)
+	e.tenant("big", 1, 1, pg)
+	seqs := e.publish("big", n)
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour}, nil)
+	s := e.startSink(pg, 8, nil, func() time.Duration { return 0 })
+	e.waitFor("big's events dispatched once", func() bool { return s.events("big") == n })
+	before := len(s.snapshot())
+	if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: seqs[0], Rate: rate}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the replay under way", func() bool { return s.events("big") > n })
+	live := e.publish("big", 20)
+	e.waitFor("big's live events applied", func() bool {
+		got := 0
+		for _, it := range s.snapshot()[before:] {
+			if !it.Replay && it.FromSeq >= live[0] {
+				got += it.Count
+			}
+		}
+		return got == len(live)
+	})
+	replayed := 0
+	for _, it := range s.snapshot()[before:] {
+		if it.Replay {
+			replayed += it.Count
+		}
+	}
+	if replayed >= n/2 {
+		t.Errorf("big's live events were applied only after %d of its %d replayed events", replayed, n)
+	}
+	ps, err := e.st.PairState(e.ctx, "big", pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ps.Replaying() || ps.NextSeq != live[len(live)-1]+1 {
+		t.Errorf("pair %+v, want the replay still running and the cursor past the live events", ps)
+	}
+	e.waitFor("big's events dispatched twice", func() bool { return s.events("big") >= 2*n+len(live) })
+	var replay, rest []work.Item
+	for _, it := range filterTenant(s.snapshot()[before:], "big") {
+		if it.Replay {
+			replay = append(replay, it)
+		} else {
+			rest = append(rest, it)
+		}
+	}
+	checkExactlyOnce(t, replay, map[string][]uint64{"big": seqs}, false)
+	checkExactlyOnce(t, rest, map[string][]uint64{"big": live}, false)
+}

@@ -244,15 +244,25 @@ func TestSubjectTenant(t *testing.T) {
 // grantingDestination is a destination "postgres" of a dispatcher that is
 // not running, with batches of 10 and grants of up to 4 of them, and its
 // scheduler.
+func testScheduler(t *testing.T, sc scheduler.Config) *scheduler.Scheduler {
+	t.Helper()
+	s, err := scheduler.New(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func grantingDestination(t *testing.T) (*Dispatcher, *destination, *scheduler.Scheduler) {
 	t.Helper()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10, GrantBatches: 4}).WithDefaults()
 	d := &Dispatcher{cfg: cfg}
-	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches})
+	sc := scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches}
+	sched, err := scheduler.New(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d, newDestination(d, "postgres", sched), sched
+	return d, newDestination(d, "postgres", sched, testScheduler(t, sc)), sched
 }
 
 // While the backfill rings a tenant's backlog oldest first, the scheduler's
@@ -337,11 +347,12 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	t.Parallel()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10}).WithDefaults()
 	d := &Dispatcher{cfg: cfg}
-	sched, err := scheduler.New(scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize})
+	sc := scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize}
+	sched, err := scheduler.New(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := newDestination(d, "postgres", sched)
+	x := newDestination(d, "postgres", sched, testScheduler(t, sc))
 	d.liveFrom.Store(1) // the doorbell follows the stream from its start
 	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, 0, 0, denseRun{})
 	at := time.Unix(1_764_000_000, 0)

@@ -33,12 +33,14 @@ import (
 )
 
 // BenchmarkReplayImpact measures what a large replay of one tenant costs the
-// other tenants' live traffic, all on real servers (embedded JetStream with
-// file storage, the local PostgreSQL, the dispatcher and a sink runner):
+// other tenants' live traffic and the tenant's own, all on real servers
+// (embedded JetStream with file storage, the local PostgreSQL, the
+// dispatcher and a sink runner):
 //
 //   - tenant "big" has FAIRWAY_BENCH_REPLAY_EVENTS (default 1,000,000)
 //     events in PRODUCTS, already applied (its cursor is past them);
-//   - 50 small tenants each publish 5 events/s from the start to the end;
+//   - 50 small tenants each publish 5 events/s from the start to the end,
+//     and big publishes 10 live events/s throughout;
 //   - one destination (postgres) with slot limits big 4, small tenants 1;
 //     the dispatcher with its defaults (batch 500, Concurrency 16, replay
 //     rate 2,500 events/s in replayed items of 100) except a 1 s poll; one
@@ -46,11 +48,12 @@ import (
 //     20 µs per event (a PostgreSQL upsert's round trip plus its per-row
 //     cost). The runner reads every range back from PRODUCTS, as in
 //     production;
-//   - after a 2 s warm-up, replay.Service rewinds big's cursor to its first
-//     event while big is paused for postgres; then the replay runs and
-//     pauses in turns (fairway tenants pause/resume) of
-//     FAIRWAY_BENCH_WINDOW (default 3s) each until all of big's events
-//     have been applied again, plus one more window without it. Alternating
+//   - after a 2 s warm-up, replay.Service starts the replay of big's
+//     events from its first; then the replay runs and stops in turns of
+//     FAIRWAY_BENCH_WINDOW (default 3s) each (its lane ended, then started
+//     again where it stopped: tenancy.EndReplay and Rewind) until all of
+//     big's events have been applied again, plus one more window without
+//     it. Alternating
 //     gives the windows with and without the replay the same share of
 //     whatever else the machine does meanwhile, where a single baseline
 //     window would make the comparison depend on when a stray stall
@@ -59,11 +62,12 @@ import (
 //     sides, where with long ones it may fall on one side only and move
 //     the pooled p99 by more than the replay does.
 //
-// Latency is a small tenant's event from the start of its publish to the
-// end of the Apply that applied it. Reported: the small tenants' p50 and
-// p99 in the windows without and with the replay, p99_ratio = with /
-// without (the target: below 1.10), the replay's running time and
-// rate. The same comparison window by window: window_p99_ratio_median is
+// Latency is a live event from the start of its publish to the end of the
+// Apply that applied it. Reported: the small tenants' p50 and p99 in the
+// windows without and with the replay, p99_ratio = with / without (the
+// target: below 1.10), the same for big's own live events (own_base_p99_ms,
+// own_replay_p99_ms, own_p99_ratio: below 1.10 too, as big's replay runs in
+// a lane of its own), the replay's running time and rate. The same comparison window by window: window_p99_ratio_median is
 // the median, over the windows with the replay, of a window's p99 over the
 // mean p99 of the windows without it on either side, and
 // windows_above_1.10_frac the share of those windows above 1.10. Both
@@ -113,6 +117,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 		bigTenant = "big"
 		small     = 50
 		perSec    = 5.0
+		bigPerSec = 10.0
 		workers   = 16
 		warmUp    = 2 * time.Second
 	)
@@ -155,7 +160,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	fs := &timedSink{big: bigTenant, applied: map[uint64]applyTimes{}}
+	fs := &timedSink{big: bigTenant, bigLast: last, applied: map[uint64]applyTimes{}}
 	reg := prometheus.NewRegistry()
 	r, err := runner.New(ctx, runner.Deps{JetStream: e.js(e.conn("sink")), Sink: fs, Leases: e.store(), Registry: reg},
 		&runner.Config{Concurrency: workers})
@@ -193,17 +198,30 @@ func BenchmarkReplayImpact(b *testing.B) {
 	b.ResetTimer()
 	t0 := time.Now()
 	tr := startLiveTrickle(ctx, pub, smalls, perSec, t0)
+	own := startLiveTrickle(ctx, pub, []string{bigTenant}, bigPerSec, t0)
 	time.Sleep(warmUp)
 
-	// The replay starts paused; then it runs and pauses in turns of one
-	// window each (fairway tenants pause/resume), so the windows with and
-	// without it share whatever else the machine does over time.
-	pause := func(paused bool) {
-		if err := admin.SetDestPaused(ctx, bigTenant, tenancy.DestPostgres, paused); err != nil {
+	// The replay runs and stops in turns of one window each, starting
+	// stopped, so the windows with and without it share whatever else the
+	// machine does over time. A stopped replay is taken up again where it
+	// stopped; its range then reaches the cursor as it is by then, big's
+	// live events since included.
+	resume := first
+	replaying := func(on bool) {
+		if on {
+			if _, err := admin.Rewind(ctx, tenancy.Rewind{Tenant: bigTenant, Dest: tenancy.DestPostgres, From: resume, Rate: rate}); err != nil {
+				b.Fatal(err)
+			}
+			return
+		}
+		at, err := admin.EndReplay(ctx, bigTenant, tenancy.DestPostgres)
+		if err != nil {
 			b.Fatal(err)
 		}
+		if at != 0 {
+			resume = at
+		}
 	}
-	pause(true)
 	grantsBefore := grantSources(b, reg)
 	replayFrom := time.Now()
 	rs, err := svc.Start(ctx, replay.Request{Tenant: bigTenant, Dest: tenancy.DestPostgres, FromSeq: first, Rate: rate})
@@ -228,7 +246,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 		if time.Now().After(replayDeadline) {
 			b.Fatalf("replay not applied after %v: %d of %d events", time.Since(replayFrom), fs.bigApplied.Load(), n)
 		}
-		pause(!running)
+		replaying(running)
 		w := timeWindow{from: time.Now()}
 		cpu0 := e.cpu(b)
 		stopProfile := func() {}
@@ -263,10 +281,11 @@ func BenchmarkReplayImpact(b *testing.B) {
 		off = append(off, w)
 	}
 	tr.stop()
+	own.stop()
 	deadline := time.Now().Add(2 * time.Minute)
-	pubs := tr.records()
-	if !testenv.WaitUntil(ctx, deadline, func() bool { return fs.appliedCount() >= len(pubs) }) {
-		b.Errorf("small tenants: %d of %d events applied %v after the replay", fs.appliedCount(), len(pubs), time.Since(replayTo))
+	pubs, ownPubs := tr.records(), own.records()
+	if !testenv.WaitUntil(ctx, deadline, func() bool { return fs.appliedCount() >= len(pubs)+len(ownPubs) }) {
+		b.Errorf("live events: %d of %d applied %v after the replay", fs.appliedCount(), len(pubs)+len(ownPubs), time.Since(replayTo))
 	}
 	b.StopTimer()
 
@@ -279,6 +298,16 @@ func BenchmarkReplayImpact(b *testing.B) {
 	if p := testenv.Percentile(base, 99); p > 0 {
 		b.ReportMetric(testenv.Percentile(during, 99)/p, "p99_ratio")
 	}
+	ownBase, _ := fs.latencies(ownPubs, off, settle, deadline)
+	ownDuring, _ := fs.latencies(ownPubs, on, settle, deadline)
+	b.ReportMetric(testenv.Percentile(ownBase, 99), "own_base_p99_ms")
+	b.ReportMetric(testenv.Percentile(ownDuring, 99), "own_replay_p99_ms")
+	if p := testenv.Percentile(ownBase, 99); p > 0 {
+		b.ReportMetric(testenv.Percentile(ownDuring, 99)/p, "own_p99_ratio")
+	}
+	b.Logf("big's own live events: %d without the replay, p50 %.1fms p99 %.1fms; %d with it, p50 %.1fms p99 %.1fms",
+		len(ownBase), testenv.Percentile(ownBase, 50), testenv.Percentile(ownBase, 99),
+		len(ownDuring), testenv.Percentile(ownDuring, 50), testenv.Percentile(ownDuring, 99))
 	// The same comparison window by window: each window with the replay
 	// against the mean p99 of the windows without it on either side. A
 	// pooled p99 is set by the few hundred slowest events of the run, and
@@ -335,8 +364,8 @@ func BenchmarkReplayImpact(b *testing.B) {
 		testenv.Percentile(during, 50), testenv.Percentile(during, 90), testenv.Percentile(during, 99), testenv.Percentile(during, 100),
 		tr.late.Load(), tr.errs.Load(), fs.calls.Load(), bare, headers,
 		100*offCPU.Seconds()/offTime.Seconds(), 100*onCPU.Seconds()/onTime.Seconds(), extra/float64(n)*1e6)
-	if tr.errs.Load() > 0 {
-		b.Errorf("%d small-tenant publishes failed", tr.errs.Load())
+	if n := tr.errs.Load() + own.errs.Load(); n > 0 {
+		b.Errorf("%d live publishes failed", n)
 	}
 }
 
@@ -454,17 +483,18 @@ func (e *replayBenchEnv) publishBulk(tenant string, n, publishers int) (first, l
 }
 
 // timedSink is a sink.Sink that holds 1 ms + 20 µs per record and records
-// when each small-tenant event was first applied; big's records are only
-// counted.
+// when each live event (a small tenant's, or big's after its bulk) was
+// first applied; big's replayed records are only counted.
 type timedSink struct {
 	big        string
+	bigLast    uint64 // big's events up to here are the replayed ones
 	calls      atomic.Int64
 	bigApplied atomic.Int64
 	mu         sync.Mutex
-	applied    map[uint64]applyTimes // small tenants' events by sequence
+	applied    map[uint64]applyTimes // live events by sequence
 }
 
-// applyTimes is when JetStream stored a small tenant's event (as the
+// applyTimes is when JetStream stored a live event (as the
 // runner gave it) and when the Apply that first applied it began and ended.
 type applyTimes struct{ stored, start, end time.Time }
 
@@ -486,7 +516,7 @@ func (s *timedSink) Apply(ctx context.Context, batch []sink.Record) ([]error, er
 	bigN := 0
 	s.mu.Lock()
 	for _, r := range batch {
-		if r.Event.Tenant == s.big {
+		if r.Event.Tenant == s.big && r.Seq <= s.bigLast {
 			bigN++
 			continue
 		}

@@ -1,7 +1,8 @@
-// Package replay re-sends a tenant's events to a destination by rewinding
-// its dispatch cursor: the range then flows again through the normal fair,
-// slot-limited dispatcher path, next to live traffic, and idempotent sinks
-// make a second application change nothing. Replays are recorded in
+// Package replay re-sends a tenant's events to a destination through the
+// pair's replay lane (tenancy.Rewind): a cursor and slots of its own, so
+// the range flows again through the normal fair dispatcher path while the
+// tenant's live events keep flowing beside it, and idempotent sinks make a
+// second application change nothing. Replays are recorded in
 // fairway.replays so their progress can be watched and they can be
 // cancelled. `fairway replay` drives it.
 package replay
@@ -46,14 +47,15 @@ type Request struct {
 	Dest    string
 	FromSeq uint64
 	From    time.Time
-	// ToSeq, when not 0, ends the replay after this sequence: the cursor
-	// then jumps back to where it was (tenancy.Rewind with Last), so
-	// only the batch that holds ToSeq may reach past it.
+	// ToSeq, when not 0, ends the replay after this sequence.
 	ToSeq uint64
 	// Rate is how many events per second the dispatcher replays for each
 	// destination: 0 for the dispatcher's --replay-rate,
-	// tenancy.ReplayUnthrottled for as fast as the tenant's slots allow.
+	// tenancy.ReplayUnthrottled for as fast as the replay's slots allow.
 	Rate int
+	// Slots is how many of the replay's batches each destination may hold
+	// at once, on top of the tenant's own slots (0: 1).
+	Slots int
 }
 
 // Replay is one (tenant, destination) replay.
@@ -61,7 +63,7 @@ type Replay struct {
 	ID           int64
 	Tenant, Dest string
 	// FromSeq..End()-1 is the re-dispatched range; TargetSeq is where the
-	// cursor was when the replay started.
+	// pair's cursor was when the replay started.
 	FromSeq, TargetSeq uint64
 	// ToSeq is the requested end, 0 for none (or when it was at or past
 	// the cursor anyway).
@@ -99,6 +101,9 @@ func (s *Service) Start(ctx context.Context, req Request) ([]Replay, error) {
 	if req.Rate < tenancy.ReplayUnthrottled {
 		return nil, fmt.Errorf("replay: rate %d: want events per second, 0 for the dispatcher's default or %d for unthrottled", req.Rate, tenancy.ReplayUnthrottled)
 	}
+	if req.Slots < 0 || req.Slots > tenancy.ReplaySlotsMax {
+		return nil, fmt.Errorf("replay: %d slots: want 1..%d (0 for 1)", req.Slots, tenancy.ReplaySlotsMax)
+	}
 	if req.ToSeq > 0 && req.FromSeq > req.ToSeq {
 		return nil, fmt.Errorf("replay: end sequence %d is before the start %d", req.ToSeq, req.FromSeq)
 	}
@@ -132,7 +137,7 @@ func (s *Service) Start(ctx context.Context, req Request) ([]Replay, error) {
 	}
 	var out []Replay
 	for _, d := range dests {
-		r, err := s.start(ctx, req.Tenant, d, from, req.ToSeq, req.Rate)
+		r, err := s.start(ctx, req, d, from)
 		if errors.Is(err, ErrNothing) && req.Dest == "all" {
 			continue // this destination has not reached the start yet
 		}
@@ -193,8 +198,9 @@ func (r Replay) End() uint64 {
 	return r.TargetSeq
 }
 
-func (s *Service) start(ctx context.Context, tenant, dest string, from, to uint64, rate int) (Replay, error) {
-	target, err := s.Store.Rewind(ctx, tenancy.Rewind{Tenant: tenant, Dest: dest, From: from, Last: to, Rate: rate})
+func (s *Service) start(ctx context.Context, req Request, dest string, from uint64) (Replay, error) {
+	tenant, to, rate := req.Tenant, req.ToSeq, req.Rate
+	target, err := s.Store.Rewind(ctx, tenancy.Rewind{Tenant: tenant, Dest: dest, From: from, Last: to, Rate: rate, Slots: req.Slots})
 	if errors.Is(err, tenancy.ErrInvalidArgument) {
 		return Replay{}, fmt.Errorf("replay %s/%s: %w: its cursor is at %d, not past %d", tenant, dest, ErrNothing, target, from)
 	}
@@ -205,7 +211,7 @@ func (s *Service) start(ctx context.Context, tenant, dest string, from, to uint6
 	if to > 0 && to+1 < target {
 		r.ToSeq = to
 	}
-	r.Total, err = s.between(ctx, tenant, from, r.End())
+	r.Total, err = s.Reader.Between(ctx, tenant, from, r.End())
 	if err != nil {
 		return Replay{}, err
 	}
@@ -221,19 +227,6 @@ func (s *Service) start(ctx context.Context, tenant, dest string, from, to uint6
 		return r, fmt.Errorf("record replay %s/%s: %w", tenant, dest, err)
 	}
 	return r, nil
-}
-
-// between counts tenant's events in [from, to).
-func (s *Service) between(ctx context.Context, tenant string, from, to uint64) (uint64, error) {
-	a, err := s.Reader.Pending(ctx, tenant, from)
-	if err != nil {
-		return 0, err
-	}
-	b, err := s.Reader.Pending(ctx, tenant, to)
-	if err != nil {
-		return 0, err
-	}
-	return a - min(a, b), nil
 }
 
 // List returns replays, newest first: running ones with fresh progress
@@ -278,7 +271,8 @@ func (s *Service) Get(ctx context.Context, id int64) (Replay, error) {
 	return Replay{}, fmt.Errorf("replay %d: %w", id, ErrNotFound)
 }
 
-// refresh computes Done from the cursor and marks a finished replay done.
+// refresh computes Done from the replay lane's cursor and marks a
+// finished replay done.
 func (s *Service) refresh(ctx context.Context, r *Replay) error {
 	if r.State != StateRunning {
 		if r.State == StateDone {
@@ -290,19 +284,18 @@ func (s *Service) refresh(ctx context.Context, r *Replay) error {
 	if err != nil {
 		return err
 	}
-	cursor := r.TargetSeq
+	next := r.End() // a pair gone, or its lane ended
 	for _, p := range ps {
-		if p.Dest == r.Dest {
-			cursor = p.NextSeq
+		if p.Dest == r.Dest && p.Replaying() {
+			next = p.ReplayNext
 		}
 	}
-	// A bounded replay's cursor jumps from at most ToSeq to TargetSeq.
-	if cursor >= r.TargetSeq || (r.ToSeq > 0 && cursor > r.ToSeq) {
+	if next >= r.End() {
 		r.Done, r.State = r.Total, StateDone
 		_, err := s.Pool.Exec(ctx, `UPDATE fairway.replays SET state = 'done', finished_at = now() WHERE id = $1 AND state = 'running'`, r.ID)
 		return err
 	}
-	left, err := s.between(ctx, r.Tenant, max(cursor, r.FromSeq), r.End())
+	left, err := s.Reader.Between(ctx, r.Tenant, max(next, r.FromSeq), r.End())
 	if err != nil {
 		return err
 	}
@@ -310,9 +303,10 @@ func (s *Service) refresh(ctx context.Context, r *Replay) error {
 	return nil
 }
 
-// Cancel ends a running replay: the cursor jumps forward to where it was
-// when the replay started (the skipped range had been applied before), and
-// the replay is marked cancelled.
+// Cancel ends a running replay: its pair's replay lane dispatches nothing
+// more (the range left had been applied before), and the replay is marked
+// cancelled. Replays of one pair share its lane (tenancy.Rewind), so the
+// cancel ends the others running there too; they show as done.
 func (s *Service) Cancel(ctx context.Context, id int64) (Replay, error) {
 	r, err := s.Get(ctx, id)
 	if err != nil {
@@ -321,7 +315,7 @@ func (s *Service) Cancel(ctx context.Context, id int64) (Replay, error) {
 	if r.State != StateRunning {
 		return r, fmt.Errorf("replay %d is already %s", id, r.State)
 	}
-	if _, err := s.Store.AdvanceCursor(ctx, r.Tenant, r.Dest, r.TargetSeq); err != nil {
+	if _, err := s.Store.EndReplay(ctx, r.Tenant, r.Dest); err != nil {
 		return r, err
 	}
 	if _, err := s.Pool.Exec(ctx, `UPDATE fairway.replays SET state = 'cancelled', finished_at = now() WHERE id = $1`, id); err != nil {

@@ -73,6 +73,34 @@ func (f *fixture) dispatch(t *testing.T, tenant, dest string, to uint64) {
 	}
 }
 
+// dispatchReplay dispatches (tenant, dest)'s replay up to seq as the
+// dispatcher would, in one batch it then releases.
+func (f *fixture) dispatchReplay(t *testing.T, tenant, dest string, to uint64) {
+	t.Helper()
+	ctx := context.Background()
+	ps, err := f.store.PairState(ctx, tenant, dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := f.store.DispatchReplay(ctx, tenant, dest, "test", ps.ReplayNext, []tenancy.Range{{From: ps.ReplayNext, To: to}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.Release(ctx, ls[0].ID, ls[0].Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pair returns (tenant, dest)'s state.
+func (f *fixture) pair(t *testing.T, tenant, dest string) tenancy.PairState {
+	t.Helper()
+	ps, err := f.store.PairState(context.Background(), tenant, dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
 func TestReplayRewindsAndTracksProgress(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -90,15 +118,15 @@ func TestReplayRewindsAndTracksProgress(t *testing.T) {
 	if r.Total != uint64(len(acme)) || r.TargetSeq != last+1 || r.FromSeq != acme[0] {
 		t.Fatalf("replay %+v, want %d events up to %d", r, len(acme), last+1)
 	}
-	if c, _ := f.store.Cursor(ctx, "acme", "postgres"); c != acme[0] {
-		t.Fatalf("cursor %d, want rewound to %d", c, acme[0])
+	if ps := f.pair(t, "acme", "postgres"); ps.NextSeq != last+1 || ps.ReplayNext != acme[0] || ps.ReplayUntil != last+1 {
+		t.Fatalf("pair %+v, want the cursor at %d and the replay lane from %d", ps, last+1, acme[0])
 	}
-	f.dispatch(t, "acme", "postgres", acme[9])
+	f.dispatchReplay(t, "acme", "postgres", acme[9])
 	got, err := f.svc.Get(ctx, r.ID)
 	if err != nil || got.Done != 10 || got.State != replay.StateRunning {
 		t.Fatalf("progress %+v %v, want 10 done", got, err)
 	}
-	f.dispatch(t, "acme", "postgres", last)
+	f.dispatchReplay(t, "acme", "postgres", last)
 	if got, _ := f.svc.Get(ctx, r.ID); got.State != replay.StateDone || got.Done != got.Total {
 		t.Fatalf("after the range: %+v", got)
 	}
@@ -123,13 +151,13 @@ func TestReplayRewindsAndTracksProgress(t *testing.T) {
 			t.Fatalf("%s pair state %+v %v, want replaying at 700/s", r.Dest, ps, err)
 		}
 	}
-	// Cancel jumps the cursor back to where the replay started.
+	// Cancel ends the replay lane; the cursor stays where it is.
 	c, err := f.svc.Cancel(ctx, rs[0].ID)
 	if err != nil || c.State != replay.StateCancelled {
 		t.Fatalf("cancel: %+v %v", c, err)
 	}
-	if cur, _ := f.store.Cursor(ctx, c.Tenant, c.Dest); cur != c.TargetSeq {
-		t.Fatalf("cursor after cancel %d, want %d", cur, c.TargetSeq)
+	if ps := f.pair(t, c.Tenant, c.Dest); ps.Replaying() || ps.NextSeq != c.TargetSeq {
+		t.Fatalf("pair after cancel %+v, want not replaying, cursor %d", ps, c.TargetSeq)
 	}
 	if _, err := f.svc.Cancel(ctx, rs[0].ID); err == nil {
 		t.Fatal("cancelled twice")

@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -30,14 +31,6 @@ func TestReplayToSeq(t *testing.T) {
 	acme := f.seqs["acme"] // 20 events
 	last := acme[len(acme)-1]
 	f.dispatch(t, "acme", "postgres", last)
-	cursor := func() uint64 {
-		t.Helper()
-		c, err := f.store.Cursor(ctx, "acme", "postgres")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
 
 	rs, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[2], ToSeq: acme[9]})
 	if err != nil {
@@ -47,35 +40,31 @@ func TestReplayToSeq(t *testing.T) {
 	if r.Total != 8 || r.ToSeq != acme[9] || r.End() != acme[9]+1 || r.TargetSeq != last+1 {
 		t.Fatalf("replay %+v, want 8 events %d..%d", r, acme[2], acme[9])
 	}
-	f.dispatch(t, "acme", "postgres", acme[5])
+	if ps := f.pair(t, "acme", "postgres"); ps.ReplayUntil != acme[9]+1 || ps.NextSeq != last+1 {
+		t.Fatalf("pair %+v, want the replay to end after %d and the cursor at %d", ps, acme[9], last+1)
+	}
+	f.dispatchReplay(t, "acme", "postgres", acme[5])
 	if got, _ := f.svc.Get(ctx, r.ID); got.Done != 4 || got.State != replay.StateRunning {
 		t.Fatalf("progress %+v, want 4 of 8", got)
 	}
-	// The batch holding the end reaches past it; the cursor then jumps
-	// back to where it was, and the replay is done.
-	f.dispatch(t, "acme", "postgres", acme[11])
-	if c := cursor(); c != last+1 {
-		t.Fatalf("cursor %d after the end, want %d", c, last+1)
+	// No batch of the replay reaches past its end.
+	ps := f.pair(t, "acme", "postgres")
+	if _, err := f.store.DispatchReplay(ctx, "acme", "postgres", "test", ps.ReplayNext, []tenancy.Range{{From: ps.ReplayNext, To: acme[11]}}); !errors.Is(err, tenancy.ErrCursorMoved) {
+		t.Fatalf("a replay batch past the end: %v, want ErrCursorMoved", err)
 	}
+	f.dispatchReplay(t, "acme", "postgres", acme[9])
 	if got, _ := f.svc.Get(ctx, r.ID); got.State != replay.StateDone || got.Done != 8 {
 		t.Fatalf("after the end: %+v", got)
+	}
+	if ps := f.pair(t, "acme", "postgres"); ps.Replaying() || ps.NextSeq != last+1 {
+		t.Fatalf("pair after the replay %+v, want not replaying, cursor %d", ps, last+1)
 	}
 	out, _ := f.svc.List(ctx, "acme", false)
 	if len(out) != 1 || out[0].ToSeq != acme[9] {
 		t.Fatalf("listed %+v", out)
 	}
 
-	// The jump was a one-off: an open-ended replay runs to its target.
-	if _, err := f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[0]}); err != nil {
-		t.Fatal(err)
-	}
-	f.dispatch(t, "acme", "postgres", acme[12])
-	if c := cursor(); c != acme[12]+1 {
-		t.Fatalf("open-ended replay jumped: cursor %d, want %d", c, acme[12]+1)
-	}
-	f.dispatch(t, "acme", "postgres", last)
-
-	// Cancel ends a bounded replay and its jump.
+	// Cancel ends a bounded replay.
 	rs, err = f.svc.Start(ctx, replay.Request{Tenant: "acme", Dest: "postgres", FromSeq: acme[0], ToSeq: acme[3]})
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +72,8 @@ func TestReplayToSeq(t *testing.T) {
 	if _, err := f.svc.Cancel(ctx, rs[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if c := cursor(); c != last+1 {
-		t.Fatalf("cursor after cancel %d, want %d", c, last+1)
+	if ps := f.pair(t, "acme", "postgres"); ps.Replaying() || ps.NextSeq != last+1 {
+		t.Fatalf("pair after cancel %+v, want not replaying, cursor %d", ps, last+1)
 	}
 
 	// An end at or past the cursor is no end; an end before the start is

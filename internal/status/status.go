@@ -29,7 +29,7 @@ const (
 	ReasonRetrying    = "retrying"             // a held batch failed and is being retried with backoff
 	ReasonDown        = "destination down"     // a held batch has failed for longer than the retry budget; probed until the destination is back
 	ReasonLimitZero   = "limit 0"              // max_slots is 0: dispatch is switched off
-	ReasonReplaying   = "replaying"            // a replay is dispatched again, paced by its rate
+	ReasonReplaying   = "replaying"            // a replay is dispatched again in its own lane, paced by its rate; nothing live waits
 	ReasonRateLimited = "rate limited"         // more than a second's worth waits behind the pair's dispatch rate
 	// ReasonStreamReset: the cursor does not belong to stream PRODUCTS (it
 	// was recreated or restored); nothing is dispatched until `fairway
@@ -47,8 +47,12 @@ type Row struct {
 	Paused       bool
 	DeadLetters  uint64
 	NextSeq      uint64
-	// Replaying: the cursor is inside a replayed range.
-	Replaying bool
+	// Replaying: a replay runs in the pair's replay lane; ReplayLeft of
+	// the tenant's events are left to it, and it holds ReplayInUse of its
+	// ReplaySlots slots.
+	Replaying                bool
+	ReplayLeft               uint64 `json:",omitempty"`
+	ReplayInUse, ReplaySlots int    `json:",omitempty"`
 	// Rate caps the events per second dispatched for the pair (0: none).
 	Rate   int `json:",omitempty"`
 	Reason string
@@ -106,6 +110,12 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 	for _, p := range pairs {
 		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
 			Paused: p.Paused, NextSeq: p.NextSeq, Replaying: p.Replaying(), Rate: p.Rate, DeadLetters: dead[p.Dest+" "+p.Tenant]}
+		if r.Replaying {
+			r.ReplayInUse, r.ReplaySlots = p.ReplayInUse, p.ReplaySlots
+			if r.ReplayLeft, err = s.Reader.Between(ctx, p.Tenant, p.ReplayNext, p.ReplayUntil); err != nil {
+				return nil, fmt.Errorf("replay of %s/%s: %w", p.Tenant, p.Dest, err)
+			}
+		}
 		switch p.Wait {
 		case tenancy.WaitCircuitOpen:
 			r.Reason, r.WaitDetail = ReasonCircuitOpen, p.WaitDetail
@@ -148,6 +158,8 @@ func reason(r Row) string {
 	switch {
 	case r.Paused:
 		return ReasonPaused
+	case r.Backlog == 0 && r.Replaying:
+		return ReasonReplaying
 	case r.Backlog == 0 && r.InUse > 0:
 		return ReasonApplying
 	case r.Backlog == 0:

@@ -123,7 +123,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		"open/postgres":   {1, status.ReasonDispatching, 0},
 		"quiet/postgres":  {0, status.ReasonIdle, 0},
 		"done/clickhouse": {0, status.ReasonApplying, 0},
-		"again/postgres":  {2, status.ReasonReplaying, 0},
+		"again/postgres":  {0, status.ReasonReplaying, 0},
 		"paced/postgres":  {3, status.ReasonRateLimited, 0},
 		"reset/postgres":  {2, status.ReasonStreamReset, 0},
 	}
@@ -135,6 +135,9 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 	}
 	if a := got["acme/postgres"]; a.OldestAge <= 0 || a.InUse != 1 || a.Limit != 1 {
 		t.Errorf("acme row %+v", a)
+	}
+	if r := got["again/postgres"]; !r.Replaying || r.ReplayLeft != 2 || r.ReplaySlots != 1 || r.InUse != 1 {
+		t.Errorf("again row %+v: want its replay's 2 events left in 1 replay slot, its live batch held", r)
 	}
 	if r := got["reset/postgres"]; !strings.Contains(r.WaitDetail, "cursor 100 is past the end of stream PRODUCTS") {
 		t.Errorf("reset row %+v: the detail does not say why", r)

@@ -116,6 +116,20 @@ func (r *Reader) Pending(ctx context.Context, tenant string, from uint64) (uint6
 	return 1 + b.Pending, nil
 }
 
+// Between counts tenant's events with sequence in [from, to): two counts,
+// each one direct get.
+func (r *Reader) Between(ctx context.Context, tenant string, from, to uint64) (uint64, error) {
+	a, err := r.Pending(ctx, tenant, from)
+	if err != nil {
+		return 0, err
+	}
+	b, err := r.Pending(ctx, tenant, to)
+	if err != nil {
+		return 0, err
+	}
+	return a - min(a, b), nil
+}
+
 // OpSeqs returns the sequences of tenant's events stored on op's subject
 // with sequence in from..upTo, at most max of them, in order: one batched
 // direct get on that one subject, which the server answers from its

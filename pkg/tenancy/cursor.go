@@ -73,14 +73,22 @@ type Range struct{ From, To uint64 }
 //
 // So a dispatcher that finds no free slot changes nothing (not even the
 // cursor), and one that loses the cursor race takes no slot.
-var dispatchSQL = `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1", "$2", "cardinality($5::bigint[])") + `
-), cn AS (SELECT slot_no, row_number() OVER (ORDER BY slot_no) AS rn FROM c
-), r AS (SELECT f, t, rn FROM unnest($5::bigint[], $6::bigint[]) WITH ORDINALITY AS x(f, t, rn)
-), m AS (SELECT cn.slot_no, r.f, r.t FROM cn JOIN r ON r.rn = cn.rn
-), cur AS (
+var dispatchSQL = dispatchStatement(candidateSQL, "", `
 	UPDATE fairway.cursors SET next_seq = (SELECT max(t) FROM m) + 1
 	WHERE tenant = $1 AND dest = $2 AND next_seq = $7::bigint AND EXISTS (SELECT 1 FROM m)
-	RETURNING 1
+	RETURNING 1`)
+
+// dispatchStatement is the shape of a lane's dispatch statement
+// (dispatchSQL, dispatchReplaySQL): candidates says which slots the lane
+// may take (a format of tenant, dest and how many), order how they are
+// paired with the ranges, and cur how the lane's cursor moves (an UPDATE
+// that returns a row when it did).
+func dispatchStatement(candidates, order, cur string) string {
+	return `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidates, "$1", "$2", "cardinality($5::bigint[])") + `
+), cn AS (SELECT slot_no, row_number() OVER (ORDER BY slot_no ` + order + `) AS rn FROM c
+), r AS (SELECT f, t, rn FROM unnest($5::bigint[], $6::bigint[]) WITH ORDINALITY AS x(f, t, rn)
+), m AS (SELECT cn.slot_no, r.f, r.t FROM cn JOIN r ON r.rn = cn.rn
+), cur AS (` + cur + `
 ), u AS (
 	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = m.f, to_seq = m.t
 	FROM m WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = m.slot_no AND EXISTS (SELECT 1 FROM cur)
@@ -92,6 +100,7 @@ var dispatchSQL = `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1
 SELECT (SELECT count(*) FROM cur), (SELECT count(*) FROM c), u.slot_no, u.epoch, u.expires_at, u.from_seq, u.to_seq, ` + statusSQL + `
 FROM (VALUES (1)) v LEFT JOIN u ON true
 ORDER BY u.from_seq`
+}
 
 // Dispatch records that holder dispatches sequences expectFrom..to of
 // (tenant, dest), in one transaction: it takes a slot (ErrAtLimit if none
@@ -265,6 +274,12 @@ func (s *Store) dispatchBatch(ctx context.Context, args []dispatchArgs) []dispat
 
 // dispatchOne runs dispatchSQL for one call.
 func (s *Store) dispatchOne(ctx context.Context, a dispatchArgs) dispatchResult {
+	return s.dispatchWith(ctx, dispatchSQL, a)
+}
+
+// dispatchWith runs one call with query, dispatchSQL or one with its
+// arguments and rows (dispatchReplaySQL).
+func (s *Store) dispatchWith(ctx context.Context, query string, a dispatchArgs) dispatchResult {
 	froms, tos := make([]int64, len(a.ranges)), make([]int64, len(a.ranges))
 	for i, r := range a.ranges {
 		froms[i], tos[i] = int64(r.From), int64(r.To)
@@ -272,7 +287,7 @@ func (s *Store) dispatchOne(ctx context.Context, a dispatchArgs) dispatchResult 
 	fail := func(err error) dispatchResult {
 		return dispatchResult{status: &status0, err: fmt.Errorf("dispatch %s/%s: %w", a.tenant, a.dest, err)}
 	}
-	rows, err := s.pool.Query(ctx, dispatchSQL, a.tenant, a.dest, a.holder, s.ttlUS, froms, tos, int64(a.expectFrom))
+	rows, err := s.pool.Query(ctx, query, a.tenant, a.dest, a.holder, s.ttlUS, froms, tos, int64(a.expectFrom))
 	if err != nil {
 		return fail(err)
 	}

@@ -54,7 +54,7 @@ func ParseLeaseID(id string) (tenant, dest string, slot int, token int64, err er
 	}
 	slot, err1 := strconv.Atoi(parts[2])
 	token, err2 := strconv.ParseInt(parts[3], 10, 64)
-	if err1 != nil || err2 != nil || slot < 0 {
+	if err1 != nil || err2 != nil {
 		return "", "", 0, 0, fmt.Errorf("%w: lease id %q", ErrInvalidArgument, id)
 	}
 	return parts[0], parts[1], slot, token, nil
@@ -62,7 +62,8 @@ func ParseLeaseID(id string) (tenant, dest string, slot int, token int64, err er
 
 // candidateSQL selects free slots of one (tenant, dest) and locks them. It
 // is the heart of the Limit invariant (see doc.go):
-//   - only slot rows numbered below the current max_slots qualify, and a
+//   - only slot rows numbered from 0 to below the current max_slots
+//     qualify (rows below 0 are replays' slots: replayCandidateSQL), and a
 //     slot row can carry one lease at a time, so live leases on rows below
 //     the limit never exceed it;
 //   - while any live lease sits on a row at or above max_slots (the limit
@@ -81,7 +82,7 @@ const candidateSQL = `
 	JOIN fairway.tenants t ON t.id = l.tenant
 	JOIN fairway.slots s ON s.tenant = l.tenant AND s.dest = l.dest
 	WHERE l.tenant = %[1]s AND l.dest = %[2]s
-	  AND s.slot_no < l.max_slots
+	  AND s.slot_no >= 0 AND s.slot_no < l.max_slots
 	  AND (s.expires_at IS NULL OR s.expires_at < now())
 	  AND NOT t.paused AND NOT l.paused AND l.stream_reset_at IS NULL
 	  AND NOT EXISTS (
@@ -506,14 +507,15 @@ func count(bs []bool) (n int) {
 	return n
 }
 
-// InUse counts live leases of (tenant, dest).
+// InUse counts live leases of (tenant, dest): its live batches, not its
+// replay's (PairStatus.ReplayInUse).
 func (s *Store) InUse(ctx context.Context, tenant, dest string) (int, error) {
 	if err := validPair(tenant, dest); err != nil {
 		return 0, err
 	}
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM fairway.slots
-		WHERE tenant = $1 AND dest = $2 AND expires_at >= now()`, tenant, dest).Scan(&n)
+		WHERE tenant = $1 AND dest = $2 AND expires_at >= now() AND slot_no >= 0`, tenant, dest).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("in use %s/%s: %w", tenant, dest, err)
 	}

@@ -20,12 +20,15 @@ type PairStatus struct {
 	Weight int
 	// Paused: the tenant, or this destination of it, is paused.
 	Paused bool
-	InUse  int
+	// InUse counts the pair's live batches held, ReplayInUse its replay's
+	// (the replay lane's slots, ReplaySlots of them).
+	InUse, ReplayInUse, ReplaySlots int
 	// NextSeq is the next PRODUCTS sequence to dispatch (1 before any).
 	NextSeq uint64
-	// ReplayUntil, when above NextSeq, says the pair is replaying up to
-	// this sequence (Rewind), so dispatchers pace it (PairState).
-	ReplayUntil uint64
+	// ReplayNext, when not 0 and below ReplayUntil, says the pair is
+	// replaying (Rewind): its replay lane dispatches ReplayNext next and
+	// ends before ReplayUntil (PairState).
+	ReplayNext, ReplayUntil uint64
 	// Wait is what a live lease's holder recorded with SetLeaseWait
 	// (WaitCircuitOpen before WaitRetrying, then the newest), "" when no
 	// held batch is waiting; WaitDetail is its detail, WaitSince when that
@@ -43,8 +46,8 @@ type PairStatus struct {
 	Rate int
 }
 
-// Replaying says whether the cursor is inside a replayed range.
-func (p PairStatus) Replaying() bool { return p.NextSeq < p.ReplayUntil }
+// Replaying says whether the pair's replay lane has events to dispatch.
+func (p PairStatus) Replaying() bool { return p.ReplayNext != 0 && p.ReplayNext < p.ReplayUntil }
 
 // PairStatuses returns the state of every (tenant, destination) the store
 // has seen, or of one tenant's when tenant is not empty, ordered by tenant
@@ -57,8 +60,9 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused OR l.paused,
-		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()),
-		       COALESCE(c.next_seq, 1), COALESCE(c.replay_until, 0), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since,
+		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now() AND s.slot_no >= 0),
+		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now() AND s.slot_no < 0),
+		       COALESCE(c.replay_slots, 1), COALESCE(c.next_seq, 1), COALESCE(c.replay_next, 0), COALESCE(c.replay_until, 0), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since,
 		       CASE WHEN l.stream_reset_at IS NULL THEN '' ELSE COALESCE(l.stream_reset_detail, 'stream reset') END, l.stream_reset_at,
 		       l.events_per_sec
 		FROM fairway.limits l
@@ -76,11 +80,11 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairStatus, error) {
 		var p PairStatus
-		var next, until int64
+		var next, rnext, until int64
 		var since, resetSince *time.Time
-		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &next, &until, &p.Wait, &p.WaitDetail, &since,
+		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &p.ReplayInUse, &p.ReplaySlots, &next, &rnext, &until, &p.Wait, &p.WaitDetail, &since,
 			&p.StreamReset, &resetSince, &p.Rate)
-		p.NextSeq, p.ReplayUntil = uint64(next), uint64(until)
+		p.NextSeq, p.ReplayNext, p.ReplayUntil = uint64(next), uint64(rnext), uint64(until)
 		if since != nil {
 			p.WaitSince = *since
 		}

@@ -293,8 +293,8 @@ func secs(s float64) time.Duration {
 
 // FirstUndispatched returns the first PRODUCTS sequence that some
 // destination of tenant has not dispatched yet: the lowest, over the
-// tenant's destinations, of the furthest its cursor has been (a replay's
-// rewound range was dispatched once and does not count), or 1 when no
+// tenant's destinations, of its cursor (a replay runs in a lane of its own
+// over a range dispatched once already: it does not count), or 1 when no
 // destination has seen the tenant. The tenant's events from there on are
 // its backlog for its slowest destination. One indexed read.
 func (s *Store) FirstUndispatched(ctx context.Context, tenant string) (uint64, error) {
@@ -302,7 +302,7 @@ func (s *Store) FirstUndispatched(ctx context.Context, tenant string) (uint64, e
 		return 0, err
 	}
 	var seq int64
-	err := s.pool.QueryRow(ctx, `SELECT COALESCE(min(GREATEST(next_seq, replay_until, resume_at)), 1)
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(min(next_seq), 1)
 		FROM fairway.cursors WHERE tenant = $1`, tenant).Scan(&seq)
 	if err != nil {
 		return 0, fmt.Errorf("first undispatched of %s: %w", tenant, err)

@@ -184,18 +184,20 @@ type PairState struct {
 	Tenant  string
 	NextSeq uint64
 	Weight  int
-	// ReplayUntil, when above NextSeq, says the pair is replaying (Rewind)
-	// up to this sequence (exclusive), at ReplayRate events per second
-	// (0: the dispatcher's default; ReplayUnthrottled: not throttled).
-	ReplayUntil uint64
-	ReplayRate  int
+	// ReplayNext, when not 0 and below ReplayUntil, says the pair is
+	// replaying (Rewind) in its replay lane: ReplayNext is the next
+	// sequence the replay dispatches, ReplayUntil (exclusive) where it
+	// ends, at ReplayRate events per second (0: the dispatcher's default;
+	// ReplayUnthrottled: not throttled).
+	ReplayNext, ReplayUntil uint64
+	ReplayRate              int
 	// Rate caps the events per second dispatched for the pair (SetDestRate;
 	// 0: no cap).
 	Rate int
 }
 
-// Replaying says whether the cursor is inside a replayed range.
-func (p PairState) Replaying() bool { return p.NextSeq < p.ReplayUntil }
+// Replaying says whether the pair's replay lane has events to dispatch.
+func (p PairState) Replaying() bool { return p.ReplayNext != 0 && p.ReplayNext < p.ReplayUntil }
 
 // PairStates lists every known (tenant, dest) of dest with its cursor and
 // effective weight, in one query.
@@ -224,7 +226,7 @@ func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairStat
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT l.tenant, c.next_seq, CASE WHEN l.weight > 0 THEN l.weight ELSE t.weight END,
-			COALESCE(c.replay_until, 0), CASE WHEN c.replay_rate = 0 THEN -1 ELSE COALESCE(c.replay_rate, 0) END,
+			COALESCE(c.replay_next, 0), COALESCE(c.replay_until, 0), CASE WHEN c.replay_rate = 0 THEN -1 ELSE COALESCE(c.replay_rate, 0) END,
 			l.events_per_sec
 		FROM fairway.limits l
 		JOIN fairway.tenants t ON t.id = l.tenant
@@ -235,11 +237,11 @@ func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairStat
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairState, error) {
 		var (
-			p           PairState
-			next, until int64
+			p                  PairState
+			next, rnext, until int64
 		)
-		err := r.Scan(&p.Tenant, &next, &p.Weight, &until, &p.ReplayRate, &p.Rate)
-		p.NextSeq, p.ReplayUntil = uint64(next), uint64(until)
+		err := r.Scan(&p.Tenant, &next, &p.Weight, &rnext, &until, &p.ReplayRate, &p.Rate)
+		p.NextSeq, p.ReplayNext, p.ReplayUntil = uint64(next), uint64(rnext), uint64(until)
 		return p, err
 	})
 	if err != nil {

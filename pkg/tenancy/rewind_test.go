@@ -8,9 +8,10 @@ import (
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
-// A rewind marks the pair as replaying up to where the cursor was, with the
-// replay's rate, and tells dispatchers at once; a cancel (AdvanceCursor)
-// tells them too. Bad rates are refused and change nothing.
+// A rewind starts the pair's replay lane up to where the cursor is, with
+// the replay's rate, leaves the live cursor where it is, and tells
+// dispatchers at once; ending the replay (EndReplay) tells them too. Bad
+// rates are refused and change nothing.
 func TestRewindMarksReplayAndNotifies(t *testing.T) {
 	t.Parallel()
 	st, _, _ := setup(t, nil)
@@ -54,16 +55,16 @@ func TestRewindMarksReplayAndNotifies(t *testing.T) {
 	if r := next("rewind"); r != (tenancy.Released{Tenant: "acme", Dest: "postgres", Cursor: true}) {
 		t.Fatalf("rewind notified %+v", r)
 	}
-	if p := state(); p.NextSeq != 100 || p.ReplayUntil != 1000 || p.ReplayRate != 250 || !p.Replaying() {
-		t.Fatalf("after rewind: %+v, want cursor 100 replaying until 1000 at 250/s", p)
+	if p := state(); p.NextSeq != 1000 || p.ReplayNext != 100 || p.ReplayUntil != 1000 || p.ReplayRate != 250 || !p.Replaying() {
+		t.Fatalf("after rewind: %+v, want cursor 1000, replay lane 100 until 1000 at 250/s", p)
 	}
 
-	// A second rewind inside the first keeps the end; its rate replaces
-	// the first one's (unthrottled here).
+	// A second rewind inside the first widens it and keeps the end; its
+	// rate replaces the first one's (unthrottled here).
 	must[uint64](t)(st.Rewind(ctx, tenancy.Rewind{Tenant: "acme", Dest: "postgres", From: 50, Rate: tenancy.ReplayUnthrottled}))
 	next("second rewind")
-	if p := state(); p.NextSeq != 50 || p.ReplayUntil != 1000 || p.ReplayRate != tenancy.ReplayUnthrottled {
-		t.Fatalf("after a second rewind: %+v, want cursor 50 replaying until 1000 unthrottled", p)
+	if p := state(); p.NextSeq != 1000 || p.ReplayNext != 50 || p.ReplayUntil != 1000 || p.ReplayRate != tenancy.ReplayUnthrottled {
+		t.Fatalf("after a second rewind: %+v, want the lane at 50 until 1000 unthrottled", p)
 	}
 
 	// Rate 0 is the dispatcher's default.
@@ -73,14 +74,17 @@ func TestRewindMarksReplayAndNotifies(t *testing.T) {
 		t.Fatalf("default rate stored as %d, want 0", p.ReplayRate)
 	}
 
-	if now := must[uint64](t)(st.AdvanceCursor(ctx, "acme", "postgres", 1000)); now != 1000 {
-		t.Fatalf("advance: cursor %d, want 1000", now)
+	if at := must[uint64](t)(st.EndReplay(ctx, "acme", "postgres")); at != 40 {
+		t.Fatalf("EndReplay stopped the replay at %d, want 40", at)
 	}
-	if r := next("advance"); r != (tenancy.Released{Tenant: "acme", Dest: "postgres", Cursor: true}) {
-		t.Fatalf("advance notified %+v", r)
+	if r := next("end"); r != (tenancy.Released{Tenant: "acme", Dest: "postgres", Cursor: true}) {
+		t.Fatalf("EndReplay notified %+v", r)
 	}
-	if p := state(); p.Replaying() {
-		t.Fatalf("after the cursor passed the replay's end: %+v still replaying", p)
+	if p := state(); p.Replaying() || p.NextSeq != 1000 {
+		t.Fatalf("after the replay ended: %+v, want not replaying, cursor 1000", p)
+	}
+	if at := must[uint64](t)(st.EndReplay(ctx, "acme", "postgres")); at != 0 {
+		t.Fatalf("EndReplay ended a replay twice (at %d)", at)
 	}
 	if _, err := st.PairState(ctx, "nobody", "postgres"); !errors.Is(err, tenancy.ErrUnknownTenant) {
 		t.Fatalf("unknown pair: %v, want ErrUnknownTenant", err)

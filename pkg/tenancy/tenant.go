@@ -279,7 +279,7 @@ func (s *Store) Limits(ctx context.Context, tenant string) ([]Limit, error) {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT l.tenant, l.dest, l.max_slots, l.weight,
-			(SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now()), l.paused,
+			(SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now() AND s.slot_no >= 0), l.paused,
 			l.events_per_sec
 		FROM fairway.limits l WHERE l.tenant = $1 ORDER BY l.dest`, tenant)
 	if err != nil {

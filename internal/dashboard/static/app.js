@@ -226,6 +226,9 @@
         el("td", { class: "num weight" }, r.weight),
         dead(r.dead_letters),
         el("td", { class: "why" }, el("span", { class: reasonClass(r.reason) }, r.reason),
+          r.replaying && r.reason !== "replaying" ? el("span", { class: "reason reason-replaying" }, " replaying") : "",
+          r.replaying ? el("span", { class: "replay", title: "the replay's events left, and its slots in use of its own" },
+            " " + int(r.replay_left || 0) + " left, " + int(r.replay_in_use || 0) + "/" + int(r.replay_slots || 0) + " replay slots") : "",
           r.expiring ? el("span", { class: "reason expiring alarm", title: "the oldest waiting event leaves PRODUCTS (MaxAge) then" },
             " oldest expires in " + dur(r.expires_in_seconds)) : ""))));
     document.getElementById("backlog-head").title = "bars on a log scale: a full bar is " + int(scale);

@@ -1,0 +1,80 @@
+package tenancy_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// The replay lane has a cursor and slots of its own: with the pair's one
+// live slot held, its replay still dispatches, up to the replay's slots;
+// live dispatch neither takes the replay's slots nor moves its cursor;
+// the lane refuses a batch past the replay's end and ends at it; a lease
+// of the lane releases like any other.
+func TestReplayLaneHasItsOwnCursorAndSlots(t *testing.T) {
+	t.Parallel()
+	st, _, _ := setup(t, nil)
+	ctx := testCtx(t)
+	const tn, d = "acme", tenancy.DestPostgres
+	if _, err := st.EnsureTenant(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, tn, d, 1); err != nil {
+		t.Fatal(err)
+	}
+	live := must[tenancy.Lease](t)(st.Dispatch(ctx, tn, d, "d1", 1, 100))
+	if _, err := st.DispatchReplay(ctx, tn, d, "d1", 1, []tenancy.Range{{1, 10}}); !errors.Is(err, tenancy.ErrAtLimit) {
+		t.Fatalf("replay dispatch before any replay: %v, want ErrAtLimit (no replay slots)", err)
+	}
+	if cur := must[uint64](t)(st.Rewind(ctx, tenancy.Rewind{Tenant: tn, Dest: d, From: 20, Slots: 2})); cur != 101 {
+		t.Fatalf("rewind returned %d, want the cursor 101", cur)
+	}
+
+	// The live slot is held; the replay takes its own two.
+	r1 := must[[]tenancy.Lease](t)(st.DispatchReplay(ctx, tn, d, "d1", 20, []tenancy.Range{{20, 39}, {40, 59}, {60, 79}}))
+	if len(r1) != 2 || r1[0].Slot >= 0 || r1[1].Slot >= 0 || r1[1].ToSeq != 59 {
+		t.Fatalf("replay leases %+v, want two on replay slots through 59", r1)
+	}
+	if _, err := st.DispatchReplay(ctx, tn, d, "d1", 60, []tenancy.Range{{60, 79}}); !errors.Is(err, tenancy.ErrAtLimit) {
+		t.Fatalf("a third replay batch: %v, want ErrAtLimit", err)
+	}
+	if p := must[tenancy.PairState](t)(st.PairState(ctx, tn, d)); p.NextSeq != 101 || p.ReplayNext != 60 || !p.Replaying() {
+		t.Fatalf("pair %+v, want cursor 101, replay at 60", p)
+	}
+	if n := must[int](t)(st.InUse(ctx, tn, d)); n != 1 {
+		t.Fatalf("live in use %d, want 1 (the replay's do not count)", n)
+	}
+
+	// Live dispatch takes no replay slot and leaves the lane alone.
+	if err := st.Release(ctx, live.ID, live.Token); err != nil {
+		t.Fatal(err)
+	}
+	must[tenancy.Lease](t)(st.Dispatch(ctx, tn, d, "d1", 101, 150))
+	if _, err := st.Dispatch(ctx, tn, d, "d1", 151, 160); !errors.Is(err, tenancy.ErrAtLimit) {
+		t.Fatalf("live past its one slot: %v, want ErrAtLimit", err)
+	}
+
+	// A released replay slot serves the replay again; past its end is refused.
+	if err := st.Release(ctx, r1[0].ID, r1[0].Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DispatchReplay(ctx, tn, d, "d1", 60, []tenancy.Range{{60, 101}}); !errors.Is(err, tenancy.ErrCursorMoved) {
+		t.Fatalf("a replay batch past the end: %v, want ErrCursorMoved", err)
+	}
+	must[[]tenancy.Lease](t)(st.DispatchReplay(ctx, tn, d, "d1", 60, []tenancy.Range{{60, 100}}))
+	p := must[tenancy.PairState](t)(st.PairState(ctx, tn, d))
+	if p.Replaying() || p.NextSeq != 151 {
+		t.Fatalf("after the replay's last batch: %+v, want not replaying, cursor 151", p)
+	}
+	ps := must[[]tenancy.PairStatus](t)(st.PairStatuses(ctx, tn))
+	if len(ps) != 1 || ps[0].InUse != 1 || ps[0].ReplayInUse != 2 || ps[0].ReplaySlots != 2 {
+		t.Fatalf("status %+v, want 1 live and 2 replay batches held of 2", ps)
+	}
+	if _, err := st.Rewind(ctx, tenancy.Rewind{Tenant: tn, Dest: d, From: 151}); !errors.Is(err, tenancy.ErrInvalidArgument) {
+		t.Fatalf("a rewind to the cursor: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := st.Rewind(ctx, tenancy.Rewind{Tenant: tn, Dest: d, From: 1, Slots: tenancy.ReplaySlotsMax + 1}); !errors.Is(err, tenancy.ErrInvalidArgument) {
+		t.Fatalf("too many replay slots: %v, want ErrInvalidArgument", err)
+	}
+}
