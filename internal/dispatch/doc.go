@@ -3,11 +3,16 @@
 // the slot limits kept by pkg/tenancy. cmd/dispatcher runs it; the sinks
 // consume what it publishes. docs/dispatcher.md is the operator's view.
 //
-// # One loop per destination
+// # One loop per destination and lane
 //
-// Every destination (postgres, clickhouse, b2b:<partner>) has its own
-// scheduler (weighted deficit round robin, internal/dispatch/scheduler) and
-// its own loop, so a slow destination never delays another. A loop takes
+// Every destination (postgres, clickhouse, b2b:<partner>) has two lanes,
+// each with its own scheduler (weighted deficit round robin,
+// internal/dispatch/scheduler) and its own loop, so a slow destination
+// never delays another: the live lane, which the doorbell rings and which
+// moves the pairs' cursors, and the replay lane, which dispatches
+// operators' replays with the pairs' replay cursors and slots
+// (tenancy.Rewind, tenancy.DispatchReplay), so that a tenant's live
+// events never wait for its replay. A loop takes
 // grants while fewer than Config.Concurrency grants are in flight; for a
 // grant it
 //
@@ -57,8 +62,8 @@
 // waiting to be dispatched, at most Config.Backfill sequences) and stops.
 // The index is used only where it is exact: at or after the point its consumer started
 // from and at or after what it has forgotten (runs dropped over
-// indexMaxRuns, sequences behind the cursor). A replay's rewound cursor is
-// cut by arithmetic when the replayed range is all the tenant's, else
+// indexMaxRuns, sequences behind the cursor), and for the live lane only.
+// A replay is cut by arithmetic when the replayed range is all the tenant's, else
 // served by its replay feed; everything else — a backlog older than the backfill
 // reached, a tenant the index knows nothing more of — is read from
 // PRODUCTS, which is always right. fairway_dispatcher_grants_total{source}

@@ -204,12 +204,12 @@ func BenchmarkReplayImpact(b *testing.B) {
 	// The replay runs and stops in turns of one window each, starting
 	// stopped, so the windows with and without it share whatever else the
 	// machine does over time. A stopped replay is taken up again where it
-	// stopped; its range then reaches the cursor as it is by then, big's
-	// live events since included.
+	// stopped. It ends at big's last bulk event: the cursor is past big's
+	// live events too.
 	resume := first
 	replaying := func(on bool) {
 		if on {
-			if _, err := admin.Rewind(ctx, tenancy.Rewind{Tenant: bigTenant, Dest: tenancy.DestPostgres, From: resume, Rate: rate}); err != nil {
+			if _, err := admin.Rewind(ctx, tenancy.Rewind{Tenant: bigTenant, Dest: tenancy.DestPostgres, From: resume, Last: last, Rate: rate}); err != nil {
 				b.Fatal(err)
 			}
 			return
@@ -224,7 +224,7 @@ func BenchmarkReplayImpact(b *testing.B) {
 	}
 	grantsBefore := grantSources(b, reg)
 	replayFrom := time.Now()
-	rs, err := svc.Start(ctx, replay.Request{Tenant: bigTenant, Dest: tenancy.DestPostgres, FromSeq: first, Rate: rate})
+	rs, err := svc.Start(ctx, replay.Request{Tenant: bigTenant, Dest: tenancy.DestPostgres, FromSeq: first, ToSeq: last, Rate: rate})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -284,8 +284,15 @@ func (c *cluster) checkCoalesced(ctx context.Context, r *report, acc map[key]acc
 }
 
 // checkQuiet checks that nothing is left to do: every cursor past its
-// tenant's last event, no live lease, no orphaned batch, no pending work.
+// tenant's last event, every replay through, no live lease, no orphaned
+// batch, no pending work.
 func (c *cluster) checkQuiet(ctx context.Context, r *report, maxSeq map[string]uint64) {
+	var replaying int
+	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM fairway.cursors WHERE replay_next < replay_until`).Scan(&replaying); err != nil {
+		r.problem("cursors: %v", err)
+	} else if replaying > 0 {
+		r.problem("%d replays not through", replaying)
+	}
 	cursors := map[[2]string]uint64{}
 	rows, err := c.pool.Query(ctx, `SELECT tenant, dest, next_seq FROM fairway.cursors`)
 	if err != nil {

@@ -8,7 +8,9 @@ import (
 )
 
 // slotObserver samples live slot leases per (tenant, destination) from
-// PostgreSQL throughout the run and keeps the worst excess over the limit.
+// PostgreSQL throughout the run and keeps the worst excess over the limit:
+// of the pair's live batches over max_slots, and of its replay's over the
+// replay's own slots.
 type slotObserver struct {
 	stop func()
 	done chan struct{}
@@ -26,9 +28,12 @@ type slotObserver struct {
 // observe is one snapshot: live leases and limits of every pair, read in
 // one statement so that both come from one snapshot.
 const observe = `SELECT l.tenant, l.dest, l.max_slots,
-	count(s.slot_no) FILTER (WHERE s.expires_at >= now()) AS in_use
+	count(s.slot_no) FILTER (WHERE s.expires_at >= now() AND s.slot_no >= 0) AS in_use,
+	COALESCE(c.replay_slots, 1),
+	count(s.slot_no) FILTER (WHERE s.expires_at >= now() AND s.slot_no < 0) AS replay_in_use
 FROM fairway.limits l LEFT JOIN fairway.slots s ON s.tenant = l.tenant AND s.dest = l.dest
-GROUP BY l.tenant, l.dest, l.max_slots`
+LEFT JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
+GROUP BY l.tenant, l.dest, l.max_slots, c.replay_slots`
 
 func (c *cluster) observeSlots(every time.Duration) *slotObserver {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -61,13 +66,16 @@ func (o *slotObserver) sample(ctx context.Context, c *cluster) {
 	over, inUseMax, full, worst := 0, 0, false, ""
 	for rows.Next() {
 		var tenant, dest string
-		var limit, inUse int
-		if err := rows.Scan(&tenant, &dest, &limit, &inUse); err != nil {
+		var limit, inUse, replayLimit, replayInUse int
+		if err := rows.Scan(&tenant, &dest, &limit, &inUse, &replayLimit, &replayInUse); err != nil {
 			o.fail(ctx, err)
 			return
 		}
 		if inUse-limit > over {
 			over, worst = inUse-limit, fmt.Sprintf("%s/%s: %d live leases, limit %d", tenant, dest, inUse, limit)
+		}
+		if replayInUse-replayLimit > over {
+			over, worst = replayInUse-replayLimit, fmt.Sprintf("%s/%s: %d live leases of its replay, which has %d slots", tenant, dest, replayInUse, replayLimit)
 		}
 		inUseMax = max(inUseMax, inUse)
 		full = full || (limit > 0 && inUse >= limit)

@@ -2,6 +2,7 @@ package kills_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // Knobs: FAIRWAY_CHAOS_KILLS (default 20) and FAIRWAY_CHAOS_INTERVAL, the
@@ -22,17 +24,23 @@ const (
 	// drainMax bounds the wait for the pipeline to settle after the last
 	// kill when the test has no deadline of its own.
 	drainMax = 15 * time.Minute
+	// replayEvery: a replay of a random tenant and destination starts
+	// once every this many kills.
+	replayEvery = 4
 )
 
 // TestProcessKills runs the real binaries as separate processes — 1 ingest,
 // 2 dispatchers, 2 sinks for each of postgres, clickhouse and b2b:erp —
 // while 20 tenants post events (two of them floods whose backlogs
 // interleave: traffic_test.go), SIGKILLs a random dispatcher or sink every
-// few seconds and restarts it, and then accounts for every event ingest
-// acknowledged: applied in every destination (newest version per product;
-// every event in ClickHouse's log) or dead-lettered, no slot held, no
-// orphaned batch or pending work, and at no sample more live leases than a
-// pair's limit.
+// few seconds and restarts it, starts a replay of a random tenant and
+// destination every replayEvery kills (in its own lane, beside the
+// tenant's live events), and then accounts for every event ingest
+// acknowledged: applied in every destination (newest version per product,
+// so a replay never put an older one back; every event in ClickHouse's
+// log) or dead-lettered, every replay through, no slot held, no orphaned
+// batch or pending work, and at no sample more live leases than a pair's
+// limit or its replay's slots.
 func TestProcessKills(t *testing.T) {
 	t.Parallel()
 	kills := envInt(t, "FAIRWAY_CHAOS_KILLS", killsDefault)
@@ -53,8 +61,12 @@ func TestProcessKills(t *testing.T) {
 
 	victims := append(append([]*proc(nil), c.dispatchers...), c.sinks...)
 	killed := map[string]int{}
+	replays := 0
 	var lastKill time.Time
 	for i := range kills {
+		if i%replayEvery == replayEvery/2 && c.startReplay() {
+			replays++
+		}
 		time.Sleep(time.Duration(float64(interval) * (0.5 + rand.Float64())))
 		p := victims[rand.IntN(len(victims))]
 		lastKill = time.Now()
@@ -122,8 +134,8 @@ func TestProcessKills(t *testing.T) {
 		t.Errorf("the slot observer took only %d samples (%d errors, last: %s)", slots.samples, slots.errors, slots.lastError)
 	}
 
-	t.Logf("kills survived: %d SIGKILLs (%s), each process restarted at once; traffic ran %s",
-		kills, formatCounts(killed), trafficTime.Round(time.Second))
+	t.Logf("kills survived: %d SIGKILLs (%s), each process restarted at once; traffic ran %s; %d replays started meanwhile",
+		kills, formatCounts(killed), trafficTime.Round(time.Second), replays)
 	t.Logf("events accepted by ingest: %d in %d requests (%d re-sent); dead letters: %d (%s)",
 		rep.accepted, requests, retries, rep.deadLetters, formatCounts(rep.deadLettered))
 	lost := map[string]int{}
@@ -140,6 +152,30 @@ func TestProcessKills(t *testing.T) {
 	t.Logf("slots: %d samples (%d failed), max over limit %d, max in use %d (limit %d), samples with a pair at its limit %d",
 		slots.samples, slots.errors, slots.maxOver, slots.maxInUse, maxSlots, slots.atLimit)
 	t.Logf("time to drain after the last kill: %s", drained.Round(100*time.Millisecond))
+}
+
+// startReplay replays a random tenant's events to a random destination
+// from its first, with two slots of its own, at the dispatchers' rate,
+// and reports whether one started (not when nothing was dispatched there
+// yet).
+func (c *cluster) startReplay() bool {
+	c.t.Helper()
+	st, err := tenancy.New(c.pool, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	tenant, dest := c.tenants[rand.IntN(len(c.tenants))], dests[rand.IntN(len(dests))]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = st.Rewind(ctx, tenancy.Rewind{Tenant: tenant, Dest: dest, From: 1, Slots: 2})
+	switch {
+	case errors.Is(err, tenancy.ErrInvalidArgument), errors.Is(err, tenancy.ErrUnknownTenant):
+		return false // nothing dispatched there yet
+	case err != nil:
+		c.t.Fatalf("replay %s/%s: %v", tenant, dest, err)
+	}
+	c.t.Logf("replaying %s/%s", tenant, dest)
+	return true
 }
 
 func sum(m map[string]int) int {
