@@ -21,13 +21,14 @@ import (
 type destination struct {
 	d    *Dispatcher
 	name string
-	// replay says this is a replay lane; replays is a live lane's.
-	replay  bool
-	replays *destination
-	size    int // the most events one work item covers (Config.batchSize)
-	sched   *scheduler.Scheduler
-	wake    chan struct{}
-	win     *workWindow // nil: WORK is not kept shallow (Config.WorkWindow)
+	// replay says this is a replay lane; replays is a live lane's, live
+	// a replay lane's live lane.
+	replay        bool
+	replays, live *destination
+	size          int // the most events one work item covers (Config.batchSize)
+	sched         *scheduler.Scheduler
+	wake          chan struct{}
+	win           *workWindow // nil: WORK is not kept shallow (Config.WorkWindow)
 
 	started bool // guarded by d.mu
 
@@ -125,7 +126,7 @@ func newDestination(d *Dispatcher, name string, live, replay *scheduler.Schedule
 	}
 	x := lane(live)
 	x.replays = lane(replay)
-	x.replays.replay = true
+	x.replays.replay, x.replays.live = true, x
 	// The replay lane needs no window: its slots bound what it has in
 	// WORK.
 	if !d.cfg.DeepWork {
@@ -255,6 +256,11 @@ func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells
 	switch {
 	case x.replay && next >= ts.replayUntil:
 		backlog = 0 // the replay is over
+	case x.replay:
+		// Until the replay's cursor reaches its end, at least one more
+		// grant: it dispatches the rest, or finds none left and ends the
+		// replay (FinishReplay).
+		backlog = max(backlog, 1)
 	case backlog == 0 && ts.bells != bells:
 		backlog = x.waiting(ts) // events arrived after the read
 	}

@@ -250,7 +250,9 @@ func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.
 	if first == rp.NextSeq && left == ps.ReplayUntil-rp.NextSeq {
 		dense = denseRun{low: rp.NextSeq, from: rp.NextSeq, until: ps.ReplayUntil}
 	}
-	return x.seed(rp, left, first, dense), nil
+	// At least one grant while it runs, even with none of the tenant's
+	// events left: that grant ends it (FinishReplay).
+	return x.seed(rp, max(left, 1), first, dense), nil
 }
 
 // denseBacklog returns the tenant's backlog as one dense run, from its

@@ -410,11 +410,11 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 				continue
 			}
 			d.m.wakeups.WithLabelValues("release").Inc()
-			// The release does not say whose slot it was: both lanes
-			// look again (a lane without the tenant ignores it).
-			orphans := x.unblock(r.Tenant, r.Slots)
-			x.replays.unblock(r.Tenant, r.Slots)
-			if orphans {
+			lane := x
+			if r.Replay {
+				lane = x.replays
+			}
+			if lane.unblock(r.Tenant, r.Slots) {
 				d.kickRecovery()
 			}
 		}

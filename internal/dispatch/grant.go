@@ -137,11 +137,24 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 	n := grantEvents(g)
 	var wait time.Duration
 	p.replayUntil, p.lim, wait = x.replayBudget(ts, p.from, &n)
+	if x.replay && p.replayUntil <= p.from {
+		x.finish(k, p.from, 0, 0, p.bells) // the replay ended meanwhile
+		return nil, false
+	}
 	if wait > 0 {
 		x.throttle(k, ts, wait)
 		return nil, false
 	}
-	if p.rateLim, wait = x.rateBudget(ts, &n); wait > 0 {
+	// The pair's dispatch rate covers both its lanes: the replay lane
+	// charges the live lane's limiter.
+	rl, rts := x, ts
+	if x.replay {
+		rl = x.live
+		rl.mu.Lock()
+		rts = rl.state(k.Tenant)
+		rl.mu.Unlock()
+	}
+	if p.rateLim, wait = rl.rateBudget(rts, &n); wait > 0 {
 		d.m.rateLimited.WithLabelValues(x.name).Inc()
 		x.mu.Lock()
 		x.holdBack(k, ts, wait)
@@ -214,7 +227,7 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 	}
 	if len(b.ranges) == 0 && x.replay && p.source == "read" {
 		// None of the tenant's events is left before the replay's end.
-		if err := d.st.FinishReplay(ctx, k.Tenant, x.name, p.from); err != nil {
+		if err := d.st.FinishReplay(ctx, k.Tenant, x.name, p.from, p.replayUntil); err != nil {
 			x.setAside(k, "finish replay", err)
 			return nil, false
 		}

@@ -87,3 +87,60 @@ func TestDispatchRate(t *testing.T) {
 		t.Errorf("the last %d events took %v after the cap was removed; at the cap they take %v", rest, took, capped)
 	}
 }
+
+// A pair's dispatch rate covers its replay too: with the tenant's live
+// events and its replay dispatched at once, the two lanes together stay
+// within the pair's rate.
+func TestDispatchRateCoversTheReplay(t *testing.T) {
+	t.Parallel()
+	const (
+		rate   = 200
+		events = 600
+	)
+	e := setup(t, time.Minute)
+	e.tenant("paced", 1, 100, pg)
+	old := e.publish("paced", events)
+	e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	var (
+		mu     sync.Mutex
+		sum    int
+		t0, tn time.Time
+	)
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 50, PollInterval: time.Hour}, func(d *dispatch.Dispatcher) {
+		d.SetAfterCommit(func(ls []tenancy.Lease) {
+			mu.Lock()
+			defer mu.Unlock()
+			if t0.IsZero() {
+				t0 = time.Now()
+			}
+			tn = time.Now()
+			for _, l := range ls {
+				sum += int(l.ToSeq - l.FromSeq + 1)
+			}
+		})
+	})
+	counted := func() int { mu.Lock(); defer mu.Unlock(); return sum }
+	e.waitFor("the first events dispatched", func() bool { return counted() == events })
+	if err := e.st.SetDestRate(e.ctx, "paced", pg, rate); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	sum, t0 = 0, time.Time{}
+	mu.Unlock()
+	e.publish("paced", events)
+	if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "paced", Dest: pg, From: old[0], Rate: tenancy.ReplayUnthrottled}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the new events and the replay dispatched", func() bool { return counted() >= 2*events })
+	mu.Lock()
+	took := tn.Sub(t0)
+	mu.Unlock()
+	// Each lane may start with a second's worth (its burst); after that
+	// the two share the rate.
+	if minimum := time.Duration(float64(2*events-2*rate) / rate * float64(time.Second)); took < minimum*9/10 {
+		t.Errorf("%d events of both lanes dispatched in %v; the pair's rate allows them in no less than %v", 2*events, took, minimum)
+	}
+	if d.RateLimited(pg) == 0 {
+		t.Error("no grant was held back by the rate")
+	}
+}

@@ -102,7 +102,11 @@ func (d *Dispatcher) redispatch(ctx context.Context, x *destination, o tenancy.O
 	lease, err := d.st.Redispatch(ctx, o, d.cfg.Holder)
 	switch {
 	case errors.Is(err, tenancy.ErrAtLimit):
-		x.markOrphan(o.Tenant) // retried when one of its slots is released
+		lane := x
+		if o.Slot < 0 { // a replay's batch waits for one of the replay's slots
+			lane = x.replays
+		}
+		lane.markOrphan(o.Tenant) // retried when one of its slots is released
 		return false
 	case isStale(err):
 		return false // another dispatcher took it
@@ -128,7 +132,7 @@ func (d *Dispatcher) redispatch(ctx context.Context, x *destination, o tenancy.O
 	}
 	it := work.Item{
 		Tenant: o.Tenant, Dest: o.Dest, FromSeq: lease.FromSeq, ToSeq: lease.ToSeq, Count: n,
-		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(),
+		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(), Replay: o.Slot < 0,
 	}
 	if err := d.publish(ctx, it); err != nil {
 		d.m.errors.WithLabelValues(x.name, "publish").Inc()

@@ -17,12 +17,12 @@ import (
 // (tenant, destination) while it replays, so that its grants are cut like
 // the live ones (tight ranges, lists, store times: the sinks read the
 // events without headers) instead of from a read. The doorbell and the
-// backfill cannot tell: a replay rewinds below what they delivered, and
-// the index forgot it. A dense replayed range needs no feed: it is cut by
+// backfill cannot tell: a replay runs behind what they delivered, and the
+// index (the live lane's) forgot it. A dense replayed range needs no feed: it is cut by
 // arithmetic, its times learned with a few direct gets (destination.dense).
 //
 // It is one ephemeral pull consumer on PRODUCTS, filtered to the tenant's
-// subjects, headers only, no acks, in memory, from the rewound cursor, on
+// subjects, headers only, no acks, in memory, from the replay's cursor, on
 // the doorbell connection. It fetches a few replay batches at a time and
 // only while its index holds fewer than Config.ReplayLookahead events, so
 // a 1M-event replay never holds a million entries, it stays at most that
@@ -34,7 +34,7 @@ import (
 // replay, not one per tenant.
 //
 // Whatever the feed does not know (not started yet, behind, failed) is
-// read; the cursor check in tenancy.DispatchMany still decides every
+// read; the cursor check in tenancy.DispatchReplay still decides every
 // range.
 type replayFeed struct {
 	tenant, dest string

@@ -187,3 +187,42 @@ func TestLiveEventsFlowDuringTheirTenantsReplay(t *testing.T) {
 	checkExactlyOnce(t, replay, map[string][]uint64{"big": seqs}, false)
 	checkExactlyOnce(t, rest, map[string][]uint64{"big": live}, false)
 }
+
+// A replay whose range holds none of its tenant's events (a bounded one
+// over other tenants' events) ends by itself at once, without waiting for
+// a poll (an hour here), and one that widens it to the tenant's later
+// events replays those.
+func TestReplayOfNothingEnds(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	e.tenant("big", 1, 2, pg)
+	e.tenant("other", 1, 2, pg)
+	e.publish("big", 100)
+	between := e.publish("other", 100)
+	last := e.publish("big", 100)
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 100, PollInterval: time.Hour}, nil)
+	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	e.waitFor("big's events dispatched", func() bool { return s.events("big") == 200 })
+	replaying := func() bool {
+		ps, err := e.st.PairState(e.ctx, "big", pg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps.Replaying()
+	}
+	if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: between[0], Last: between[len(between)-1]}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the empty replay over", func() bool { return !replaying() })
+	if got := s.events("big"); got != 200 {
+		t.Errorf("%d of big's events applied, want 200: the empty replay dispatched some", got)
+	}
+	if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: between[0], Last: between[len(between)-1]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "big", Dest: pg, From: last[0], Last: last[len(last)-1]}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("big's last events replayed", func() bool { return s.events("big") == 300 })
+	e.waitFor("the widened replay over", func() bool { return !replaying() })
+}

@@ -135,6 +135,9 @@ func (r denseRun) at(cursor uint64) (start uint64, ok bool) {
 func (x *destination) dense(ts *tenantState, cursor uint64, n int) (ranges []tenancy.Range, counts []int, rest uint64, ok bool) {
 	x.mu.Lock()
 	run, last := ts.dense, ts.lastSeq
+	if x.replay { // a replay's batches end before its end
+		run.until = min(run.until, ts.replayUntil)
+	}
 	x.mu.Unlock()
 	start, ok := run.at(cursor)
 	if !ok || n < 1 {

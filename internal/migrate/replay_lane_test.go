@@ -12,8 +12,8 @@ import (
 // Migration 00021 moves replays under way, which rewound the pair's
 // cursor, into the replay lane: the live cursor goes back to where the
 // replay found it, the lane covers what was left of the replay (up to
-// its end for a bounded one), and a pair that was not replaying is left
-// alone.
+// its end for a bounded one) and has its slot, and a pair that was not
+// replaying is left alone.
 func TestReplaysUnderWayMoveToTheLane(t *testing.T) {
 	t.Parallel()
 	pool, dsn := testenv.NewPool(t)
@@ -50,6 +50,14 @@ func TestReplaysUnderWayMoveToTheLane(t *testing.T) {
 		}
 		if got.NextSeq != want.NextSeq || got.ReplayNext != want.ReplayNext || got.ReplayUntil != want.ReplayUntil || got.Replaying() != want.Replaying() {
 			t.Errorf("%s after migrating: %+v, want cursor %d, lane %d until %d", want.Tenant, got, want.NextSeq, want.ReplayNext, want.ReplayUntil)
+		}
+		if !want.Replaying() {
+			continue
+		}
+		// The lane dispatches on its own slot, beside the pair's live one.
+		ls, err := st.DispatchReplay(ctx, want.Tenant, "postgres", "test", got.ReplayNext, []tenancy.Range{{From: got.ReplayNext, To: got.ReplayNext}})
+		if err != nil || len(ls) != 1 || ls[0].Slot != -1 {
+			t.Errorf("%s: replay dispatch after migrating: %+v %v, want one lease on slot -1", want.Tenant, ls, err)
 		}
 	}
 }

@@ -265,7 +265,7 @@ func TopTenants(rows []Row, k int) map[string]DestTop {
 	byDest := map[string][]TenantLoad{}
 	out := map[string]DestTop{}
 	for _, r := range rows {
-		byDest[r.Dest] = append(byDest[r.Dest], TenantLoad{Tenant: r.Tenant, Backlog: r.Backlog, InFlight: r.InUse})
+		byDest[r.Dest] = append(byDest[r.Dest], TenantLoad{Tenant: r.Tenant, Backlog: r.Backlog, InFlight: r.InUse + r.ReplayInUse})
 	}
 	for dest, loads := range byDest {
 		slices.SortFunc(loads, func(a, b TenantLoad) int {

@@ -110,8 +110,9 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 	for _, p := range pairs {
 		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
 			Paused: p.Paused, NextSeq: p.NextSeq, Replaying: p.Replaying(), Rate: p.Rate, DeadLetters: dead[p.Dest+" "+p.Tenant]}
+		r.ReplayInUse = p.ReplayInUse // batches of a replay may still apply after it dispatched its last
 		if r.Replaying {
-			r.ReplayInUse, r.ReplaySlots = p.ReplayInUse, p.ReplaySlots
+			r.ReplaySlots = p.ReplaySlots
 			if r.ReplayLeft, err = s.Reader.Between(ctx, p.Tenant, p.ReplayNext, p.ReplayUntil); err != nil {
 				return nil, fmt.Errorf("replay of %s/%s: %w", p.Tenant, p.Dest, err)
 			}

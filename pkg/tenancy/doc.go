@@ -15,7 +15,8 @@
 //	slots(tenant, dest, slot_no, epoch, holder, acquired_at, expires_at,
 //	      from_seq, to_seq,
 //	      wait_kind, wait_detail, wait_epoch, wait_since)   PK (tenant, dest, slot_no)
-//	cursors(tenant, dest, next_seq)                         PK (tenant, dest)
+//	cursors(tenant, dest, next_seq, replay_next, replay_until,
+//	        replay_rate, replay_slots)                     PK (tenant, dest); replay_*: 00011, 00021
 //	batches(id, tenant, dest, from_seq, to_seq, slot_no, epoch, holder, created_at)
 //	streams(name, created_at)                               PK name; 00016
 //	quotas(tenant, events_per_sec, events_burst, bytes_per_sec, bytes_burst,
@@ -45,7 +46,9 @@
 //
 // Every (tenant, dest) has one slots row per slot number below the highest
 // max_slots it ever had; SetLimit creates missing rows in the same
-// transaction that changes the limit. A slot is held while
+// transaction that changes the limit. A replay's slots are the rows
+// numbered -1 down to -replay_slots, which Rewind creates (replay_lane.go):
+// live dispatch never takes them, nor the replay lane a live one. A slot is held while
 // expires_at >= now() and free when expires_at is NULL or past — the
 // database clock decides, never a Go clock. Acquire is one statement:
 //

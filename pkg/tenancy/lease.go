@@ -344,10 +344,8 @@ const asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 const releaseSQL = `WITH a AS (` + asyncCommitSQL + `), r AS (
 	UPDATE fairway.slots SET expires_at = NULL, holder = NULL
 	WHERE tenant = $1 AND dest = $2 AND slot_no = $3 AND epoch = $4 AND expires_at IS NOT NULL
-	RETURNING tenant, dest
-), n AS (
-	SELECT pg_notify('` + NotifyChannel + `', tenant || ' ' || dest) FROM r
-) SELECT count(*) + 0 * (SELECT count(*) FROM a) FROM n`
+	RETURNING tenant, dest, slot_no
+), n AS (` + notifyFreedSQL + `) SELECT count(*) + 0 * (SELECT count(*) FROM a) FROM n`
 
 // Release frees the lease's slot and wakes listeners. It is idempotent: nil
 // if it released the slot or the same lease had already released it (or a
@@ -459,11 +457,13 @@ func releaseArgs(leases []Lease) (leaseArrays, error) {
 	return x, nil
 }
 
-// notifyFreedSQL notifies once per pair of the rows of CTE r (tenant,
-// dest: slots freed), with the number freed when it is more than one
-// (Released.Slots).
-const notifyFreedSQL = `SELECT pg_notify('` + NotifyChannel + `', tenant || ' ' || dest || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
-	FROM (SELECT tenant, dest, count(*) AS n FROM r GROUP BY tenant, dest) d`
+// notifyFreedSQL notifies once per pair and lane of the rows of CTE r
+// (tenant, dest, slot_no: slots freed), with the number freed when it is
+// more than one (Released.Slots) and, for a replay's slots, the word
+// replay (Released.Replay).
+const notifyFreedSQL = `SELECT pg_notify('` + NotifyChannel + `', tenant || ' ' || dest
+		|| CASE WHEN replay THEN ' ` + notifyReplay + `' ELSE '' END || CASE WHEN n > 1 THEN ' ' || n ELSE '' END)
+	FROM (SELECT tenant, dest, slot_no < 0 AS replay, count(*) AS n FROM r GROUP BY tenant, dest, slot_no < 0) d`
 
 // releaseManySQL frees the slots the leases still fence, notifies once per
 // pair with the number freed, and returns the ordinal (from 1) of each
@@ -473,7 +473,7 @@ const releaseManySQL = `WITH a AS (` + asyncCommitSQL + `), x AS (
 ), r AS (
 	UPDATE fairway.slots s SET expires_at = NULL, holder = NULL FROM x
 	WHERE s.tenant = x.t AND s.dest = x.d AND s.slot_no = x.n AND s.epoch = x.e AND s.expires_at IS NOT NULL
-	RETURNING s.tenant, s.dest, x.i
+	RETURNING s.tenant, s.dest, s.slot_no, x.i
 ), n AS (` + notifyFreedSQL + `) SELECT i FROM r WHERE (SELECT count(*) FROM n) + (SELECT count(*) FROM a) > 0`
 
 // releaseMany runs releaseManySQL; released[i] says lease i was released
@@ -533,7 +533,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		), r AS (
 			UPDATE fairway.slots s SET expires_at = NULL, holder = NULL FROM c
 			WHERE s.tenant = c.tenant AND s.dest = c.dest AND s.slot_no = c.slot_no AND s.expires_at < now()
-			RETURNING s.tenant, s.dest
+			RETURNING s.tenant, s.dest, s.slot_no
 		), n AS (`+notifyFreedSQL+`) SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n) + 0 * (SELECT count(*) FROM a)`).Scan(&n, &notified)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: %w", err)

@@ -35,8 +35,10 @@ type Released struct {
 	// with Cursor, Weight, Partner or Members): a statement that releases
 	// several of one pair's slots notifies once ("<tenant> <dest> <n>"), as
 	// PostgreSQL folds a transaction's identical notifications into one
-	// anyway.
-	Slots int
+	// anyway. Replay says they were its replay's slots
+	// ("<tenant> <dest> replay [<n>]").
+	Slots  int
+	Replay bool
 	// Members says a dispatcher joined (Store.Heartbeat's first beat) or
 	// left (Store.Leave): Tenant and Dest are empty; the others beat now
 	// rather than at their next heartbeat.
@@ -51,6 +53,7 @@ const notifyMembers = "members"
 const (
 	notifyCursor = "cursor"
 	notifyWeight = "weight"
+	notifyReplay = "replay"
 )
 
 // Partner changes (Released.Partner).
@@ -91,6 +94,9 @@ func parseNotification(channel, payload string) Released {
 	}
 	r := Released{Tenant: tenant, Dest: name, Cursor: kind == notifyCursor, Weight: kind == notifyWeight}
 	if !r.Cursor && !r.Weight {
+		if rest, ok := strings.CutPrefix(kind, notifyReplay); ok {
+			r.Replay, kind = true, strings.TrimPrefix(rest, " ")
+		}
 		r.Slots = 1
 		if n, err := strconv.Atoi(kind); err == nil && n > 1 {
 			r.Slots = n

@@ -63,17 +63,23 @@ func (s *Store) Orphans(ctx context.Context, dest string, limit int) ([]Orphan, 
 	return out, nil
 }
 
+// redispatchStatement is redispatchSQL with candidates, the slots it may
+// take: a live batch's orphan takes a live slot (candidateSQL), a replay
+// batch's one of its replay's slots (replayCandidateSQL), so a replay's
+// orphans never wait in front of the pair's live events.
+//
 // redispatchSQL: $1 tenant, $2 dest, $3 orphan slot, $4 orphan token,
 // $5 holder, $6 ttl µs. It deletes the orphan (the row lock fences
 // concurrent redispatchers: a second one blocks, then deletes nothing), takes
 // a free slot by the same rules as Acquire (candidateSQL: the Limit
 // invariant holds) and records the orphan's range on the new lease and in
 // the batch log. The caller rolls back when no slot was free.
-var redispatchSQL = `WITH o AS (
+func redispatchStatement(candidates string) string {
+	return `WITH o AS (
 	DELETE FROM fairway.orphans
 	WHERE tenant = $1 AND dest = $2 AND slot_no = $3 AND epoch = $4
 	RETURNING from_seq, to_seq
-), c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1", "$2", "1") + `
+), c AS (SELECT s.slot_no ` + fmt.Sprintf(candidates, "$1", "$2", "1") + `
 ), u AS (
 	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$6") + `, holder = $5, from_seq = o.from_seq, to_seq = o.to_seq
 	FROM c, o WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = c.slot_no AND ` + freeSQL + `
@@ -84,6 +90,12 @@ var redispatchSQL = `WITH o AS (
 )
 SELECT (SELECT count(*) FROM o), u.slot_no, u.epoch, u.expires_at, u.from_seq, u.to_seq, ` + statusSQL + `
 FROM (VALUES (1)) v LEFT JOIN u ON true`
+}
+
+var (
+	redispatchSQL       = redispatchStatement(candidateSQL)
+	redispatchReplaySQL = redispatchStatement(replayCandidateSQL)
+)
 
 // Redispatch leases a slot of the orphan's (tenant, dest) for holder and
 // records the orphan's range on it, in one transaction that also removes
@@ -108,7 +120,11 @@ func (s *Store) Redispatch(ctx context.Context, o Orphan, holder string) (Lease,
 		from, to *int64
 		status   *string
 	)
-	err = tx.QueryRow(ctx, redispatchSQL, o.Tenant, o.Dest, o.Slot, o.Token, holder, s.ttlUS).
+	query := redispatchSQL
+	if o.Slot < 0 { // a replay's batch: on the replay's slots
+		query = redispatchReplaySQL
+	}
+	err = tx.QueryRow(ctx, query, o.Tenant, o.Dest, o.Slot, o.Token, holder, s.ttlUS).
 		Scan(&deleted, &slot, &token, &expires, &from, &to, &status)
 	if err != nil {
 		return Lease{}, fmt.Errorf("redispatch %s/%s %d..%d: %w", o.Tenant, o.Dest, o.FromSeq, o.ToSeq, err)
@@ -168,8 +184,7 @@ func (s *Store) ReturnBatches(ctx context.Context, leases []Lease) (int, error) 
 			INSERT INTO fairway.orphans (tenant, dest, slot_no, epoch, from_seq, to_seq, holder)
 			SELECT tenant, dest, slot_no, epoch, from_seq, to_seq, coalesce(h, '') FROM r
 			ON CONFLICT DO NOTHING
-		), n AS (
-			SELECT pg_notify('`+NotifyChannel+`', tenant || ' ' || dest) FROM (SELECT DISTINCT tenant, dest FROM r) d
+		), n AS (`+notifyFreedSQL+`
 		) SELECT (SELECT count(*) FROM r) + 0 * (SELECT count(*) FROM n)`, ts, ds, ns, es, hs).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("return %d batches: %w", len(leases), err)

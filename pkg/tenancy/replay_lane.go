@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"fmt"
+	"math"
 )
 
 // A replay runs in its pair's replay lane (Rewind): a cursor of its own
@@ -15,14 +16,15 @@ import (
 
 // replayCandidateSQL selects free replay slots of one (tenant, dest) and
 // locks them, by the rules of candidateSQL for the replay lane's rows and
-// the replay's own budget (cursors.replay_slots).
+// the replay's own budget (cursors.replay_slots); a pair whose limit is 0
+// (dispatch switched off) gets none here either.
 const replayCandidateSQL = `
 	FROM fairway.limits l
 	JOIN fairway.tenants t ON t.id = l.tenant
 	JOIN fairway.cursors k ON k.tenant = l.tenant AND k.dest = l.dest
 	JOIN fairway.slots s ON s.tenant = l.tenant AND s.dest = l.dest
 	WHERE l.tenant = %[1]s AND l.dest = %[2]s
-	  AND s.slot_no < 0 AND s.slot_no >= -k.replay_slots
+	  AND s.slot_no < 0 AND s.slot_no >= -k.replay_slots AND l.max_slots > 0
 	  AND (s.expires_at IS NULL OR s.expires_at < now())
 	  AND NOT t.paused AND NOT l.paused AND l.stream_reset_at IS NULL
 	  AND NOT EXISTS (
@@ -60,16 +62,20 @@ func (s *Store) DispatchReplay(ctx context.Context, tenant, dest, holder string,
 	return r.leases, r.err
 }
 
-// FinishReplay ends the replay of (tenant, dest) whose cursor is at from:
-// the dispatcher found none of the tenant's events from there to the
-// replay's end. A replay cursor elsewhere (a grant moved it, a rewind
-// widened the replay) is left alone.
-func (s *Store) FinishReplay(ctx context.Context, tenant, dest string, from uint64) error {
+// FinishReplay moves the replay cursor of (tenant, dest) from from to
+// until: the dispatcher found none of the tenant's events in between, up
+// to the replay's end as it knew it (until). A replay cursor elsewhere (a
+// grant moved it, a rewind moved its start back) is left alone; a replay
+// a rewind has since widened past until goes on from there.
+func (s *Store) FinishReplay(ctx context.Context, tenant, dest string, from, until uint64) error {
 	if err := validPair(tenant, dest); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE fairway.cursors SET replay_next = replay_until
-		WHERE tenant = $1 AND dest = $2 AND replay_next = $3 AND replay_next < replay_until`, tenant, dest, int64(from))
+	if until <= from || until > math.MaxInt64 {
+		return fmt.Errorf("finish replay %s/%s: %w: %d..%d", tenant, dest, ErrInvalidArgument, from, until)
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE fairway.cursors SET replay_next = $4
+		WHERE tenant = $1 AND dest = $2 AND replay_next = $3 AND $4 <= replay_until`, tenant, dest, int64(from), int64(until))
 	if err != nil {
 		return fmt.Errorf("finish replay %s/%s: %w", tenant, dest, err)
 	}

@@ -78,3 +78,96 @@ func TestReplayLaneHasItsOwnCursorAndSlots(t *testing.T) {
 		t.Fatalf("too many replay slots: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// The replay lane's edges: a replay found empty up to the end its
+// dispatcher knew goes on when a rewind has widened it since; a replay's
+// orphan is re-dispatched on the replay's slots, not the pair's live one;
+// a limit of 0 stops the replay too; a replay slot's release says it is
+// one; an end above 2^31 is taken.
+func TestReplayLaneEdges(t *testing.T) {
+	t.Parallel()
+	st, _, _ := setup(t, nil)
+	ctx := testCtx(t)
+	const tn, d = "acme", tenancy.DestPostgres
+	if _, err := st.EnsureTenant(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, tn, d, 1); err != nil {
+		t.Fatal(err)
+	}
+	live := must[tenancy.Lease](t)(st.Dispatch(ctx, tn, d, "d1", 1, 100))
+	state := func() tenancy.PairState {
+		t.Helper()
+		return must[tenancy.PairState](t)(st.PairState(ctx, tn, d))
+	}
+
+	// Widened while its dispatcher found nothing up to 51.
+	must[uint64](t)(st.Rewind(ctx, tenancy.Rewind{Tenant: tn, Dest: d, From: 40, Last: 50}))
+	must[uint64](t)(st.Rewind(ctx, tenancy.Rewind{Tenant: tn, Dest: d, From: 45, Last: 80}))
+	if err := st.FinishReplay(ctx, tn, d, 40, 51); err != nil {
+		t.Fatal(err)
+	}
+	if p := state(); !p.Replaying() || p.ReplayNext != 51 || p.ReplayUntil != 81 {
+		t.Fatalf("after finding 40..50 empty in a replay widened to 80: %+v, want the replay going on from 51", p)
+	}
+	if err := st.FinishReplay(ctx, tn, d, 51, 81); err != nil {
+		t.Fatal(err)
+	}
+	if p := state(); p.Replaying() {
+		t.Fatalf("after finding the rest empty: %+v still replaying", p)
+	}
+
+	// An orphan of the replay waits for a replay slot, not the live one.
+	ch := must[<-chan tenancy.Released](t)(st.Listen(ctx))
+	must[uint64](t)(st.Rewind(ctx, tenancy.Rewind{Tenant: tn, Dest: d, From: 1, Last: 3_000_000_000}))
+	rl := must[[]tenancy.Lease](t)(st.DispatchReplay(ctx, tn, d, "d1", 1, []tenancy.Range{{1, 10}}))
+	if n := must[int](t)(st.ReturnBatches(ctx, rl)); n != 1 {
+		t.Fatalf("handed back %d replay batches, want 1", n)
+	}
+	os := must[[]tenancy.Orphan](t)(st.Orphans(ctx, d, 10))
+	if len(os) != 1 || os[0].Slot >= 0 {
+		t.Fatalf("orphans %+v, want the replay's one", os)
+	}
+	re := must[tenancy.Lease](t)(st.Redispatch(ctx, os[0], "d2")) // the live slot is held
+	if re.Slot >= 0 || re.FromSeq != 1 || re.ToSeq != 10 {
+		t.Fatalf("re-dispatched %+v, want 1..10 on a replay slot", re)
+	}
+
+	// Releases say which lane's slot was freed.
+	for r := range ch {
+		if r.Cursor || r.Weight {
+			continue
+		}
+		if !r.Replay {
+			t.Fatalf("the replay batch's hand-back notified %+v, want a replay release", r)
+		}
+		break
+	}
+	if err := st.Release(ctx, re.ID, re.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, live.ID, live.Token); err != nil {
+		t.Fatal(err)
+	}
+	var gotReplay, gotLive bool
+	for r := range ch {
+		switch {
+		case r.Cursor || r.Weight:
+		case r.Replay:
+			gotReplay = true
+		default:
+			gotLive = true
+		}
+		if gotReplay && gotLive {
+			break
+		}
+	}
+
+	// Limit 0 switches the replay off too.
+	if err := st.SetLimit(ctx, tn, d, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DispatchReplay(ctx, tn, d, "d1", 11, []tenancy.Range{{11, 20}}); !errors.Is(err, tenancy.ErrAtLimit) {
+		t.Fatalf("replay dispatch at limit 0: %v, want ErrAtLimit", err)
+	}
+}

@@ -92,7 +92,7 @@ func (s *Store) Rewind(ctx context.Context, r Rewind) (cursor uint64, err error)
 // cursor, makes sure the lane's slot rows exist, and notifies.
 const rewindSQL = `
 WITH o AS (
-	SELECT next_seq AS old, CASE WHEN $4 = 0 THEN next_seq ELSE LEAST($4::bigint + 1, next_seq) END AS until,
+	SELECT next_seq AS old, CASE WHEN $4::bigint = 0 THEN next_seq ELSE LEAST($4::bigint + 1, next_seq) END AS until,
 		COALESCE(replay_next < replay_until, false) AS running, replay_next, replay_until
 	FROM fairway.cursors WHERE tenant = $1 AND dest = $2 FOR UPDATE
 ), u AS (

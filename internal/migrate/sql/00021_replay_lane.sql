@@ -20,6 +20,9 @@ UPDATE fairway.cursors SET
     next_seq     = GREATEST(replay_until, COALESCE(resume_at, 0)),
     replay_until = CASE WHEN stop_after IS NULL THEN replay_until ELSE LEAST(stop_after + 1, replay_until) END
 WHERE replay_until > next_seq;
+INSERT INTO fairway.slots (tenant, dest, slot_no)
+SELECT tenant, dest, -1 FROM fairway.cursors WHERE replay_next < replay_until
+ON CONFLICT DO NOTHING;
 ALTER TABLE fairway.cursors DROP COLUMN stop_after, DROP COLUMN resume_at;
 
 -- +goose Down

@@ -211,8 +211,11 @@ func (p *Pipeline) Quiet(ctx context.Context) error {
 		return err
 	}
 	for _, s := range ps {
-		if s.InUse > 0 {
-			return fmt.Errorf("%s/%s holds %d slots", s.Tenant, s.Dest, s.InUse)
+		if s.InUse+s.ReplayInUse > 0 {
+			return fmt.Errorf("%s/%s holds %d slots and %d of its replay's", s.Tenant, s.Dest, s.InUse, s.ReplayInUse)
+		}
+		if s.Replaying() {
+			return fmt.Errorf("%s/%s is still replaying", s.Tenant, s.Dest)
 		}
 	}
 	return nil
