@@ -1,6 +1,7 @@
 package tenancy_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -14,16 +15,8 @@ import (
 // of the lane releases like any other.
 func TestReplayLaneHasItsOwnCursorAndSlots(t *testing.T) {
 	t.Parallel()
-	st, _, _ := setup(t, nil)
-	ctx := testCtx(t)
+	st, ctx, live := livePair(t)
 	const tn, d = "acme", tenancy.DestPostgres
-	if _, err := st.EnsureTenant(ctx, tn); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SetLimit(ctx, tn, d, 1); err != nil {
-		t.Fatal(err)
-	}
-	live := must[tenancy.Lease](t)(st.Dispatch(ctx, tn, d, "d1", 1, 100))
 	if _, err := st.DispatchReplay(ctx, tn, d, "d1", 1, []tenancy.Range{{1, 10}}); !errors.Is(err, tenancy.ErrAtLimit) {
 		t.Fatalf("replay dispatch before any replay: %v, want ErrAtLimit (no replay slots)", err)
 	}
@@ -86,16 +79,8 @@ func TestReplayLaneHasItsOwnCursorAndSlots(t *testing.T) {
 // one; an end above 2^31 is taken.
 func TestReplayLaneEdges(t *testing.T) {
 	t.Parallel()
-	st, _, _ := setup(t, nil)
-	ctx := testCtx(t)
+	st, ctx, live := livePair(t)
 	const tn, d = "acme", tenancy.DestPostgres
-	if _, err := st.EnsureTenant(ctx, tn); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SetLimit(ctx, tn, d, 1); err != nil {
-		t.Fatal(err)
-	}
-	live := must[tenancy.Lease](t)(st.Dispatch(ctx, tn, d, "d1", 1, 100))
 	state := func() tenancy.PairState {
 		t.Helper()
 		return must[tenancy.PairState](t)(st.PairState(ctx, tn, d))
@@ -170,4 +155,19 @@ func TestReplayLaneEdges(t *testing.T) {
 	if _, err := st.DispatchReplay(ctx, tn, d, "d1", 11, []tenancy.Range{{11, 20}}); !errors.Is(err, tenancy.ErrAtLimit) {
 		t.Fatalf("replay dispatch at limit 0: %v, want ErrAtLimit", err)
 	}
+}
+
+// livePair sets up acme/postgres with one live slot and its batch 1..100
+// dispatched and held.
+func livePair(t *testing.T) (*tenancy.Store, context.Context, tenancy.Lease) {
+	t.Helper()
+	st, _, _ := setup(t, nil)
+	ctx := testCtx(t)
+	if _, err := st.EnsureTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(ctx, "acme", tenancy.DestPostgres, 1); err != nil {
+		t.Fatal(err)
+	}
+	return st, ctx, must[tenancy.Lease](t)(st.Dispatch(ctx, "acme", tenancy.DestPostgres, "d1", 1, 100))
 }
