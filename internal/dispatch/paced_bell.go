@@ -47,11 +47,12 @@ type pacedBell struct {
 	pull    int
 	stopped bool
 	quit    chan struct{}
+	closed  chan struct{} // closed once stopped and the last consumer's handler is done
 }
 
 // startPacedBell starts the live doorbell from sequence from.
 func (d *Dispatcher) startPacedBell(ctx context.Context, from uint64, handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
-	p := &pacedBell{d: d, handle: handle, from: from, quit: make(chan struct{})}
+	p := &pacedBell{d: d, handle: handle, from: from, quit: make(chan struct{}), closed: make(chan struct{})}
 	p.pull = p.wantPull(doorbellPull)
 	cc, err := d.consumeStream(ctx, from, p.pull, handle, "doorbell")
 	if err != nil {
@@ -144,19 +145,19 @@ func (p *pacedBell) end(how func(jetstream.ConsumeContext)) {
 	}
 	p.stopped = true
 	close(p.quit)
-	if p.cc != nil {
-		how(p.cc)
+	if p.cc == nil {
+		close(p.closed)
+		return
 	}
+	how(p.cc)
+	cc := p.cc // the last: no switch replaces it once stopped
+	go func() {
+		<-cc.Closed()
+		close(p.closed)
+	}()
 }
 
-// Closed is closed once the doorbell is stopped and its handler done.
-func (p *pacedBell) Closed() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cc == nil {
-		ch := make(chan struct{})
-		close(ch)
-		return ch
-	}
-	return p.cc.Closed()
-}
+// Closed is closed once the doorbell is stopped (Stop, Drain) and its
+// handler has returned for the last time; a switch of its pull before
+// that does not close it.
+func (p *pacedBell) Closed() <-chan struct{} { return p.closed }
