@@ -282,7 +282,7 @@ func (s *bareSystem) consume(ctx context.Context, cons jetstream.Consumer, c bar
 				s.fail(fmt.Errorf("%s: seq %d: %w", c.Dest, md.Sequence.Stream, err))
 				return
 			}
-			if r.tenant, _, err = events.ParseSubject(m.Subject()); err != nil {
+			if r.tenant, _, _, err = events.ParseSubject(m.Subject()); err != nil {
 				s.fail(fmt.Errorf("%s: seq %d: %w", c.Dest, md.Sequence.Stream, err))
 				return
 			}

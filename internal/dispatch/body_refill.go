@@ -70,8 +70,8 @@ func (d *Dispatcher) refill(ctx context.Context) error {
 		}
 		seq := md.Sequence.Stream
 		full := false
-		if tenant, ok := subjectTenant(m.Subject()); ok {
-			full = d.refillBody(ctx, tenant, seq, m.Data(), subjectOp(m.Subject(), tenant))
+		if tenant, op, p, ok := parseSubject(m.Subject()); ok {
+			full = d.refillBody(ctx, tenant, p, seq, m.Data(), op)
 		}
 		bb.mu.Lock()
 		end := true
@@ -104,13 +104,13 @@ func (d *Dispatcher) refill(ctx context.Context) error {
 	return nil
 }
 
-// refillBody hands the body of the tenant's event at seq to the indexes
-// of the destinations this dispatcher owns that hold the sequence without
-// it. full says the budget had no room for it.
-func (d *Dispatcher) refillBody(ctx context.Context, tenant string, seq uint64, data []byte, op events.Op) (full bool) {
+// refillBody hands the body of the tenant's event of priority p at seq to
+// the indexes of the destinations this dispatcher owns that hold the
+// sequence without it. full says the budget had no room for it.
+func (d *Dispatcher) refillBody(ctx context.Context, tenant string, p events.Priority, seq uint64, data []byte, op events.Op) (full bool) {
 	var want []*destination
 	for _, x := range d.destsOf(ctx, tenant, false) {
-		if d.owns(tenant, x.name) && x.wantsBody(tenant, seq) {
+		if d.owns(tenant, x.name) && x.wantsBody(tenant, p, seq) {
 			want = append(want, x)
 		}
 	}
@@ -122,7 +122,7 @@ func (d *Dispatcher) refillBody(ctx context.Context, tenant string, seq uint64, 
 		return op != "" && len(data) > 0
 	}
 	for _, x := range want {
-		if !x.attachBody(tenant, seq, body) {
+		if !x.attachBody(tenant, p, seq, body) {
 			body.release()
 		}
 	}
@@ -130,22 +130,22 @@ func (d *Dispatcher) refillBody(ctx context.Context, tenant string, seq uint64, 
 	return false
 }
 
-// wantsBody says whether the tenant's index holds seq, not yet dispatched,
-// without its body.
-func (x *destination) wantsBody(tenant string, seq uint64) bool {
+// wantsBody says whether the index of the tenant's events of priority p
+// holds seq, not yet dispatched, without its body.
+func (x *destination) wantsBody(tenant string, p events.Priority, seq uint64) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ts := x.tenants[tenant]
+	ts := x.tenants[laneKey(tenant, p)]
 	return ts != nil && seq >= ts.cursor && x.indexOf(ts, seq).lacksBody(seq)
 }
 
 // attachBody gives the tenant's index the body of seq; it reports whether
 // the index took it (and its reference). A grant held back for its bodies
 // (waitForBodies) goes on once a batch of them has come.
-func (x *destination) attachBody(tenant string, seq uint64, body *heldBody) bool {
+func (x *destination) attachBody(tenant string, p events.Priority, seq uint64, body *heldBody) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ts := x.tenants[tenant]
+	ts := x.tenants[laneKey(tenant, p)]
 	if ts == nil || seq < ts.cursor || !x.indexOf(ts, seq).attach(seq, body) {
 		return false
 	}

@@ -21,16 +21,6 @@ type heldBody struct {
 	budget *bodyBudget
 }
 
-// subjectOp is the op of an event subject of tenant (subjectTenant
-// accepted it), or "" when it is no known op.
-func subjectOp(subject, tenant string) events.Op {
-	op := events.Op(subject[len(events.SubjectPrefix)+1+len(tenant)+1:])
-	if !op.Valid() {
-		return ""
-	}
-	return op
-}
-
 // release drops one reference.
 func (b *heldBody) release() {
 	if b != nil && b.refs.Add(-1) == 0 {

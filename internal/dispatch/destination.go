@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -34,12 +35,34 @@ type destination struct {
 
 	// mu guards tenants and orders scheduler updates that must not
 	// interleave (a doorbell's backlog hint vs. a finished batch's).
+	// tenants holds, in a live lane, a state per tenant and priority of
+	// its events (laneKey); in a replay lane, one per tenant.
 	mu      sync.Mutex
 	tenants map[string]*tenantState
 }
 
-// tenantState is what the destination knows of one tenant.
+// laneKey is the key of the state of tenant's events of priority p in a
+// live lane's tenants: the tenant for normal events (and in a replay
+// lane, where a replay holds every priority), else "<tenant> <priority>"
+// (a tenant id holds no space).
+func laneKey(tenant string, p events.Priority) string {
+	if p == "" || p == events.PriorityNormal {
+		return tenant
+	}
+	return tenant + " " + string(p)
+}
+
+// tenantState is what the destination knows of one tenant's events of one
+// priority (in a replay lane: of its replay). The scheduler sees the
+// tenant as one flow: a grant serves its highest priority with events
+// waiting (pick), and its backlog is the sum of its priorities'
+// (setBacklog).
 type tenantState struct {
+	tenant string
+	// prio is the priority of the events this state dispatches, "" in a
+	// replay lane (every priority).
+	prio    events.Priority
+	backlog int64  // what this state last told the scheduler (setBacklog)
 	cursor  uint64 // next sequence to dispatch; 0 = not loaded yet
 	lastSeq uint64 // highest sequence the doorbell saw, or at least the last of the scan's backlog
 	weight  int
@@ -144,30 +167,99 @@ func (x *destination) key(tenant string) scheduler.Key {
 	return scheduler.Key{Tenant: tenant, Dest: x.name}
 }
 
-// state returns tenant's state; x.mu must be held.
+// state returns the state of tenant's normal events (in a replay lane:
+// of its replay); x.mu must be held.
 func (x *destination) state(tenant string) *tenantState {
-	return x.stateRinging(tenant, 0)
+	return x.stateRinging(tenant, events.PriorityNormal, 0)
 }
 
-// stateRinging is state for the doorbell ringing tenant's event at
+// stateOf returns the state of tenant's events of priority p; x.mu must
+// be held.
+func (x *destination) stateOf(tenant string, p events.Priority) *tenantState {
+	return x.stateRinging(tenant, p, 0)
+}
+
+// stateRinging is stateOf for the doorbell ringing tenant's event at
 // sequence ringing, which the caller indexes next.
-func (x *destination) stateRinging(tenant string, ringing uint64) *tenantState {
-	ts := x.tenants[tenant]
+func (x *destination) stateRinging(tenant string, p events.Priority, ringing uint64) *tenantState {
+	if x.replay {
+		p = ""
+	}
+	key := laneKey(tenant, p)
+	ts := x.tenants[key]
 	if ts == nil {
-		ts = &tenantState{weight: 1}
+		ts = &tenantState{tenant: tenant, prio: p.Or(), weight: 1}
+		if x.replay {
+			ts.prio = ""
+		}
 		// The doorbell and backfill delivered what came before without
 		// this state: its index starts at what they deliver now, unless
-		// they delivered nothing of the tenant before.
+		// they delivered nothing of the tenant's events of p before.
 		ts.live.floor, ts.back.floor = x.d.bellSeq.Load(), x.d.backSeq.Load()
-		if !x.replay && x.d.fresh(tenant, ringing) {
+		if !x.replay && x.d.fresh(key, ringing) {
 			ts.fresh, ts.live.floor = true, 0
 		}
-		x.tenants[tenant] = ts
+		x.tenants[key] = ts
 		if !x.d.owns(tenant, x.name) {
 			x.sched.SetParked(x.key(tenant), true)
 		}
 	}
 	return ts
+}
+
+// knows says whether x has a state for tenant's events of priority p.
+func (x *destination) knows(tenant string, p events.Priority) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	_, ok := x.tenants[laneKey(tenant, p)]
+	return ok
+}
+
+// lanesOf returns the states of tenant this lane has: one per priority
+// of its events in a live lane, its replay's in a replay lane. x.mu must
+// be held.
+func (x *destination) lanesOf(tenant string) []*tenantState {
+	if x.replay {
+		if ts := x.tenants[tenant]; ts != nil {
+			return []*tenantState{ts}
+		}
+		return nil
+	}
+	out := make([]*tenantState, 0, len(events.Priorities))
+	for _, p := range events.Priorities {
+		if ts := x.tenants[laneKey(tenant, p)]; ts != nil {
+			out = append(out, ts)
+		}
+	}
+	return out
+}
+
+// setBacklog tells the scheduler ts's backlog: the tenant's flow has the
+// sum of its states'. x.mu must be held.
+func (x *destination) setBacklog(ts *tenantState, n int64) { x.setBacklogPlus(ts, n, 0) }
+
+// setBacklogPlus is setBacklog telling the scheduler plus more, which
+// the caller's scheduler.Done is about to take off (the events a grant
+// dispatched). x.mu must be held.
+func (x *destination) setBacklogPlus(ts *tenantState, n, plus int64) {
+	ts.backlog = n
+	total := plus
+	for _, s := range x.lanesOf(ts.tenant) {
+		total += s.backlog
+	}
+	x.sched.SetBacklog(x.key(ts.tenant), total, ts.weight)
+}
+
+// pick returns the state a grant of tenant serves: its events of the
+// highest priority with a backlog, high before normal before bulk (the
+// normal one when none has). x.mu must be held.
+func (x *destination) pick(tenant string) *tenantState {
+	for _, ts := range x.lanesOf(tenant) {
+		if ts.backlog > 0 {
+			return ts
+		}
+	}
+	return x.state(tenant)
 }
 
 func (x *destination) kick() {
@@ -206,7 +298,8 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 			}
 			reserved := x.win.reserve(grantEvents(g), x.size)
 			x.mu.Lock()
-			x.state(g.Key.Tenant).granted = true
+			ts := x.pick(g.Key.Tenant)
+			ts.granted = true
 			x.mu.Unlock()
 			ops.Go(func() {
 				var once sync.Once
@@ -217,7 +310,7 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 					})
 				}
 				defer done()
-				x.win.settle(reserved, x.dispatch(workCtx, g, done))
+				x.win.settle(reserved, x.dispatch(workCtx, g, ts, done))
 			})
 		}
 	wait:
@@ -239,15 +332,15 @@ func (x *destination) gauges(inFlight int) {
 	x.d.m.inFlight.WithLabelValues(x.name).Set(float64(inFlight))
 }
 
-// finish reports a grant's outcome: n events dispatched, the cursor now at
-// next, pending events counted by the server after the read. Doorbell rings
-// that arrived after the read (bells moved on) are folded in under x.mu, so
-// an event stored after the read is never forgotten; rings from before the
-// read are already counted in pending.
-func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells uint64) {
+// finish reports the outcome of a grant of ts: n events dispatched, the
+// cursor now at next, pending events counted by the server after the
+// read. Doorbell rings that arrived after the read (bells moved on) are
+// folded in under x.mu, so an event stored after the read is never
+// forgotten; rings from before the read are already counted in pending.
+func (x *destination) finish(ts *tenantState, next uint64, n int, pending, bells uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ts := x.state(k.Tenant)
+	k := x.key(ts.tenant)
 	ts.granted = false
 	ts.cursor = next
 	x.forgetBelow(ts, next)
@@ -264,7 +357,7 @@ func (x *destination) finish(k scheduler.Key, next uint64, n int, pending, bells
 	case backlog == 0 && ts.bells != bells:
 		backlog = x.waiting(ts) // events arrived after the read
 	}
-	x.sched.SetBacklog(k, backlog+int64(n), ts.weight)
+	x.setBacklogPlus(ts, backlog, int64(n))
 	_ = x.sched.Done(k, int64(n), int64(n))
 }
 
@@ -281,15 +374,16 @@ func (x *destination) forgetBelow(ts *tenantState, cursor uint64) {
 	ts.back.trim(cursor)
 }
 
-// bell records that tenant has an event at seq, stored at at; backfill
-// says whether the backfill (not the live doorbell) delivered it.
-func (x *destination) bell(tenant string, seq uint64, at time.Time, body *heldBody, backfill bool) {
+// bell records that tenant has an event of priority p at seq, stored at
+// at; backfill says whether the backfill (not the live doorbell)
+// delivered it.
+func (x *destination) bell(tenant string, p events.Priority, seq uint64, at time.Time, body *heldBody, backfill bool) {
 	x.mu.Lock()
 	var ts *tenantState
 	if backfill {
-		ts = x.state(tenant)
+		ts = x.stateOf(tenant, p)
 	} else {
-		ts = x.stateRinging(tenant, seq)
+		ts = x.stateRinging(tenant, p, seq)
 	}
 	if backfill {
 		if seq >= ts.backFirst {
@@ -310,7 +404,7 @@ func (x *destination) bell(tenant string, seq uint64, at time.Time, body *heldBo
 		ts.lastSeq = seq
 	}
 	if seq >= ts.cursor { // cursor 0 (unknown) counts too
-		x.sched.SetBacklog(x.key(tenant), x.waiting(ts), ts.weight)
+		x.setBacklog(ts, x.waiting(ts))
 	}
 	x.mu.Unlock()
 	x.kick()
@@ -352,27 +446,28 @@ func (x *destination) waiting(ts *tenantState) int64 {
 	return span
 }
 
-// seed applies a scan result: the tenant's cursor, weight and replay from
-// PostgreSQL and its backlog as the server counted it from the tenant's
-// first waiting event, first (0: none); in a replay lane, p.NextSeq is the
-// replay's cursor and the backlog what is left of the replay (seedReplay).
-// A tenant with a grant outstanding keeps what its grant will report;
-// seed then reports false.
+// seed applies a scan result for the tenant's events of priority pr: its
+// cursor, weight and replay from PostgreSQL and its backlog as the server
+// counted it from its first waiting event, first (0: none); in a replay
+// lane, p.NextSeq is the replay's cursor and the backlog what is left of
+// the replay (seedReplay). A state with a grant outstanding keeps what its
+// grant will report; seed then reports false.
 //
 // dense, when it covers p.NextSeq, is a run of the tenant's events a grant
 // may cut by arithmetic (denseRun); otherwise what was known is kept while
 // it covers the cursor.
-func (x *destination) seed(p tenancy.PairState, backlog, first uint64, dense denseRun) bool {
+func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, first uint64, dense denseRun) bool {
 	x.mu.Lock()
-	ts := x.state(p.Tenant)
+	ts := x.stateOf(p.Tenant, pr)
+	next := p.NextFor(pr)
 	ts.weight = max(p.Weight, 1)
 	if x.replay {
 		ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
 	}
 	ts.rate = p.Rate
-	if _, ok := dense.at(p.NextSeq); ok {
+	if _, ok := dense.at(next); ok {
 		ts.dense = dense
-	} else if _, ok := ts.dense.at(p.NextSeq); !ok {
+	} else if _, ok := ts.dense.at(next); !ok {
 		ts.dense = denseRun{}
 	}
 	// The scan's backlog: backlog events from first, so its last is at
@@ -389,12 +484,12 @@ func (x *destination) seed(p tenancy.PairState, backlog, first uint64, dense den
 	}
 	granted := ts.granted
 	if !granted {
-		ts.cursor = p.NextSeq
+		ts.cursor = next
 		// Forget what was dispatched, as a grant does: a pair parked for
 		// another dispatcher is never granted here, and its index would
 		// grow with every event the doorbell rings.
-		x.forgetBelow(ts, p.NextSeq)
-		x.sched.SetBacklog(x.key(p.Tenant), int64(backlog), ts.weight)
+		x.forgetBelow(ts, next)
+		x.setBacklog(ts, int64(backlog))
 	}
 	x.endFeed(ts)
 	x.mu.Unlock()
@@ -408,8 +503,12 @@ func (x *destination) seed(p tenancy.PairState, backlog, first uint64, dense den
 func (x *destination) granted(tenant string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ts := x.tenants[tenant]
-	return ts != nil && ts.granted
+	for _, ts := range x.lanesOf(tenant) {
+		if ts.granted {
+			return true
+		}
+	}
+	return false
 }
 
 // markOrphan notes that an orphan of tenant waits for a slot.

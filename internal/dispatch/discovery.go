@@ -15,14 +15,16 @@ import (
 
 // scan learns every tenant's backlog from the stream itself, without a
 // consumer per tenant: stream info with a subjects filter lists the
-// tenants that have events (one paged request), PostgreSQL gives every
-// cursor and weight of a destination (one query), and one batched direct
-// get per (tenant, destination), ScanParallelism at a time, counts the
-// events at or after the cursor (the reply's Nats-Num-Pending). It returns
+// tenants that have events and of which priorities (one paged request),
+// PostgreSQL gives every cursor and weight of a destination (one query),
+// and one batched direct get per (tenant, destination, priority),
+// ScanParallelism at a time, counts the events of that priority at or
+// after its cursor (the reply's Nats-Num-Pending). It returns
 // the stream's last sequence before the scan began — the doorbell starts
 // right after it, so nothing stored during the scan is missed — and the
 // oldest event waiting in any (tenant, destination) (0: none), where the
-// backfill may start, and the tenants that have events up to lastSeq.
+// backfill may start, and the tenants' priorities (laneKey) that have
+// events up to lastSeq.
 //
 // Why not the direct get's multi_last on products.>: nats-server 2.15
 // answers it for at most 1,024 subjects (413 Too Many Results beyond), i.e.
@@ -34,20 +36,26 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 		return 0, 0, nil, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
 	}
 	lastSeq = info.State.LastSeq
-	tenants := map[string]bool{}
+	tenants := map[string][]events.Priority{}
+	present = map[string]bool{}
 	for subj := range info.State.Subjects {
-		if t, ok := subjectTenant(subj); ok {
-			tenants[t] = true
+		if t, _, p, ok := parseSubject(subj); ok && !present[laneKey(t, p)] {
+			present[laneKey(t, p)] = true
+			tenants[t] = append(tenants[t], p)
 		}
 	}
 	type probe struct {
 		x      *destination
 		tenant string
+		prio   events.Priority
+		first  bool // the pair's first probe, which seeds its replay lane too
 	}
 	var probes []probe
-	for t := range tenants {
+	for t, ps := range tenants {
 		for _, x := range d.destsOf(ctx, t, true) {
-			probes = append(probes, probe{x, t})
+			for i, p := range ps {
+				probes = append(probes, probe{x, t, p, i == 0})
+			}
 		}
 	}
 	states := map[string]map[string]tenancy.PairState{}
@@ -80,13 +88,14 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			backlog, first, err := d.probe(ctx, p.tenant, ps.NextSeq)
+			cursor := ps.NextFor(p.prio)
+			backlog, first, err := d.probe(ctx, p.tenant, p.prio, cursor)
 			var run denseRun
 			if err == nil {
-				d.noteBehind(p.x, p.tenant, ps.NextSeq, streamFirst, backlog)
-				run, err = d.denseBacklog(ctx, p.tenant, ps.NextSeq, backlog, first)
+				d.noteBehind(p.x, p.tenant, cursor, streamFirst, backlog)
+				run, err = d.denseBacklog(ctx, p.tenant, p.prio, cursor, backlog, first)
 			}
-			if err == nil {
+			if err == nil && p.first {
 				_, err = d.seedReplay(ctx, p.x.replays, ps)
 			}
 			if err != nil {
@@ -109,7 +118,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 				}
 				mu.Unlock()
 			}
-			p.x.seed(ps, backlog, first, run)
+			p.x.seed(ps, p.prio, backlog, first, run)
 		})
 	}
 	wg.Wait()
@@ -118,27 +127,28 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 		return 0, 0, nil, fmt.Errorf("dispatch: scan: %w", firstErr)
 	}
 	d.log.Debug("backlog scan done", "tenants", len(tenants), "probes", len(probes), "took", time.Since(start))
-	return lastSeq, oldest, tenants, nil
+	return lastSeq, oldest, present, nil
 }
 
 // fresh says whether the live index of a tenant state made now holds every
-// event of tenant: the tenant had none up to the start-up scan's last
-// sequence (before), and the doorbell has rung none since, or only the
-// one at sequence ringing, which the caller indexes next (0: none). A
-// tenant rung before its state existed (it had no destination yet) is not
-// fresh: those events are only in PRODUCTS.
-func (d *Dispatcher) fresh(tenant string, ringing uint64) bool {
-	if d.liveFrom.Load() == 0 || d.before == nil || d.before[tenant] {
+// event of its tenant and priority (key: laneKey): it had none up to the
+// start-up scan's last sequence (before), and the doorbell has rung none
+// since, or only the one at sequence ringing, which the caller indexes
+// next (0: none). One rung before its state existed (the tenant had no
+// destination yet) is not fresh: those events are only in PRODUCTS.
+func (d *Dispatcher) fresh(key string, ringing uint64) bool {
+	if d.liveFrom.Load() == 0 || d.before == nil || d.before[key] {
 		return false
 	}
-	first, rung := d.rung.Load(tenant)
+	first, rung := d.rung.Load(key)
 	return !rung || (ringing != 0 && first.(uint64) == ringing)
 }
 
-// probe counts tenant's events at or after cursor with one batched direct
-// get (no data) and returns the first one's sequence (0: none).
-func (d *Dispatcher) probe(ctx context.Context, tenant string, cursor uint64) (backlog, first uint64, err error) {
-	b, err := d.rd.Next(ctx, tenant, cursor, 0, work.ReadOptions{Max: 1, NoData: true})
+// probe counts tenant's events of priority p ("": all) at or after cursor
+// with one batched direct get (no data) and returns the first one's
+// sequence (0: none).
+func (d *Dispatcher) probe(ctx context.Context, tenant string, p events.Priority, cursor uint64) (backlog, first uint64, err error) {
+	b, err := d.rd.Next(ctx, tenant, cursor, 0, work.ReadOptions{Max: 1, NoData: true, Priority: p})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -190,18 +200,25 @@ func (d *Dispatcher) reloadLane(ctx context.Context, x *destination, tenant stri
 			}
 			continue // a grant began between the reads and the seed
 		}
-		backlog, first, err := d.probe(ctx, tenant, ps.NextSeq)
-		if err != nil {
-			return err
+		seeded := true
+		for _, p := range events.Priorities {
+			cursor := ps.NextFor(p)
+			backlog, first, err := d.probe(ctx, tenant, p, cursor)
+			if err != nil {
+				return err
+			}
+			dense, err := d.denseBacklog(ctx, tenant, p, cursor, backlog, first)
+			if err != nil {
+				return err
+			}
+			if backlog > 0 || p == events.PriorityNormal || x.knows(tenant, p) {
+				seeded = x.seed(ps, p, backlog, first, dense) && seeded
+			}
 		}
-		dense, err := d.denseBacklog(ctx, tenant, ps.NextSeq, backlog, first)
-		if err != nil {
-			return err
-		}
-		if x.seed(ps, backlog, first, dense) {
+		if seeded {
 			return nil
 		}
-		// A grant began between the reads and the seed: try again.
+		// A grant began between the reads and a seed: try again.
 	}
 	return ctx.Err()
 }
@@ -235,13 +252,13 @@ func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.
 			return true, nil
 		}
 		rp.NextSeq = max(rp.NextSeq, ps.ReplayUntil)
-		return x.seed(rp, 0, 0, denseRun{}), nil
+		return x.seed(rp, "", 0, 0, denseRun{}), nil
 	}
-	backlog, first, err := d.probe(ctx, ps.Tenant, rp.NextSeq)
+	backlog, first, err := d.probe(ctx, ps.Tenant, "", rp.NextSeq)
 	if err != nil {
 		return false, err
 	}
-	after, _, err := d.probe(ctx, ps.Tenant, ps.ReplayUntil)
+	after, _, err := d.probe(ctx, ps.Tenant, "", ps.ReplayUntil)
 	if err != nil {
 		return false, err
 	}
@@ -252,12 +269,12 @@ func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.
 	}
 	// At least one grant while it runs, even with none of the tenant's
 	// events left: that grant ends it (FinishReplay).
-	return x.seed(rp, max(left, 1), first, dense), nil
+	return x.seed(rp, "", max(left, 1), first, dense), nil
 }
 
-// denseBacklog returns the tenant's backlog as one dense run, from its
-// first waiting event through its last event, when no other tenant's event
-// lies among them (a flood queued while the others were quiet): grants
+// denseBacklog returns the backlog of tenant's events of priority p as
+// one dense run, from its first waiting event through its last event,
+// when no other event lies among them (a flood queued while the others were quiet): grants
 // then cut it by arithmetic, and the backfill need not deliver it. Else the
 // zero run. backlog and first are the probe at cursor; backlogs under a
 // batch are not checked (a grant reads them in one request anyway).
@@ -268,15 +285,15 @@ func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.
 // stored in between only lower it), so when it equals last - first + 1
 // every sequence there is the tenant's. A tenant still publishing may so
 // fail the check; it is then cut from the index.
-func (d *Dispatcher) denseBacklog(ctx context.Context, tenant string, cursor, backlog, first uint64) (denseRun, error) {
+func (d *Dispatcher) denseBacklog(ctx context.Context, tenant string, p events.Priority, cursor, backlog, first uint64) (denseRun, error) {
 	if first == 0 || backlog < uint64(d.cfg.BatchSize) {
 		return denseRun{}, nil
 	}
-	last, err := d.rd.LastSeq(ctx, tenant)
+	last, err := d.rd.LastSeq(ctx, tenant, p)
 	if err != nil || last < first || last-first+1 > backlog {
 		return denseRun{}, err
 	}
-	after, _, err := d.probe(ctx, tenant, last+1)
+	after, _, err := d.probe(ctx, tenant, p, last+1)
 	if err != nil {
 		return denseRun{}, err
 	}
@@ -328,13 +345,13 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 		} else {
 			d.bellSeq.Store(seq)
 		}
-		tenant, ok := subjectTenant(m.Subject())
+		tenant, op, prio, ok := parseSubject(m.Subject())
 		if ok {
 			source := "doorbell"
 			if backfill {
 				source = "backfill"
-			} else if _, seen := d.rung.Load(tenant); !seen {
-				d.rung.LoadOrStore(tenant, seq)
+			} else if _, seen := d.rung.Load(laneKey(tenant, prio)); !seen {
+				d.rung.LoadOrStore(laneKey(tenant, prio), seq)
 			}
 			d.m.wakeups.WithLabelValues(source).Inc()
 			// The body is held for the destinations this dispatcher
@@ -350,13 +367,13 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 			if d.traces != nil && !backfill {
 				d.traces.note(tenant, seq, m.Headers())
 			}
-			body := d.bodies.holdAt(seq, m.Data(), subjectOp(m.Subject(), tenant), owned)
+			body := d.bodies.holdAt(seq, m.Data(), op, owned)
 			for _, x := range dests {
 				b := body
 				if owned < len(dests) && !d.owns(tenant, x.name) {
 					b = nil
 				}
-				x.bell(tenant, seq, md.Timestamp, b, backfill)
+				x.bell(tenant, prio, seq, md.Timestamp, b, backfill)
 			}
 			if h := d.hooks.onBell; h != nil && !backfill {
 				h(tenant, seq)

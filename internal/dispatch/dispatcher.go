@@ -19,6 +19,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -490,14 +491,32 @@ func (d *Dispatcher) handBack(l tenancy.Lease) {
 
 func isStale(err error) bool { return errors.Is(err, tenancy.ErrStaleLease) }
 
-func subjectTenant(subject string) (string, bool) {
-	rest, ok := strings.CutPrefix(subject, "products.")
+// parseSubject splits an event's subject, products.<tenant>.<op> or
+// products.<tenant>.<op>.<priority> (events.SubjectFor), without
+// allocating; p is normal for the first form. ok is false for anything
+// else, which is no tenant's event and must not enter an index; op is ""
+// when it is no known op (events.ParseSubject says why).
+func parseSubject(subject string) (tenant string, op events.Op, p events.Priority, ok bool) {
+	rest, ok := strings.CutPrefix(subject, events.SubjectPrefix+".")
 	if !ok {
-		return "", false
+		return "", "", "", false
 	}
-	// products.<tenant>.<op>: exactly three tokens, as the sinks' reads
-	// (events.TenantSubjects) see a tenant's events; anything deeper is
-	// no tenant's event and must not enter an index.
-	tenant, op, ok := strings.Cut(rest, ".")
-	return tenant, ok && tenant != "" && op != "" && !strings.Contains(op, ".")
+	tenant, rest, ok = strings.Cut(rest, ".")
+	if !ok || tenant == "" || rest == "" {
+		return "", "", "", false
+	}
+	o, pr, hasP := strings.Cut(rest, ".")
+	p = events.PriorityNormal
+	if hasP {
+		switch events.Priority(pr) {
+		case events.PriorityHigh, events.PriorityBulk:
+			p = events.Priority(pr)
+		default:
+			return "", "", "", false
+		}
+	}
+	if op = events.Op(o); !op.Valid() {
+		op = ""
+	}
+	return tenant, op, p, true
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -24,6 +25,10 @@ func (d *Dispatcher) FeedErrors(dest string) float64 {
 
 // Grants returns how many grants of dest took their sequences from source
 // ("index", "feed", "dense" or "read").
+func (d *Dispatcher) PriorityEvents(dest string, p events.Priority) float64 {
+	return testutil.ToFloat64(d.m.priorities.WithLabelValues(dest, string(p)))
+}
+
 func (d *Dispatcher) Grants(dest, source string) float64 {
 	return testutil.ToFloat64(d.m.grants.WithLabelValues(dest, source))
 }

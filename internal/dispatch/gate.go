@@ -192,36 +192,39 @@ func (x *destination) blockUnlessReleased(k scheduler.Key, ts *tenantState, gen 
 	}
 }
 
-// setAside ends a grant that failed on an error: the tenant is blocked for
-// RetryDelay so a broken dependency cannot spin the loop.
-func (x *destination) setAside(k scheduler.Key, op string, err error) {
-	x.d.log.Warn("dispatch failed; retrying the tenant later", "tenant", k.Tenant, "dest", x.name, "op", op, "err", err)
+// setAside ends a grant of ts that failed on an error: the tenant is
+// blocked for RetryDelay so a broken dependency cannot spin the loop.
+func (x *destination) setAside(ts *tenantState, op string, err error) {
+	x.d.log.Warn("dispatch failed; retrying the tenant later", "tenant", ts.tenant, "dest", x.name, "op", op, "err", err)
 	x.d.m.errors.WithLabelValues(x.name, op).Inc()
 	x.mu.Lock()
-	x.holdBack(k, x.state(k.Tenant), x.d.cfg.RetryDelay)
+	x.holdBack(x.key(ts.tenant), ts, x.d.cfg.RetryDelay)
 	x.mu.Unlock()
 }
 
-// unblock handles the release of slots of the tenant's slots; it ends a
-// hold too. It reports whether an orphan of the tenant is waiting for a
-// slot.
+// unblock handles the release of slots of the tenant's slots, which all
+// its priorities share; it ends a hold too. It reports whether an orphan
+// of the tenant is waiting for a slot.
 func (x *destination) unblock(tenant string, slots int) (orphans bool) {
 	x.mu.Lock()
-	ts := x.tenants[tenant]
-	if ts == nil {
+	lanes := x.lanesOf(tenant)
+	if len(lanes) == 0 {
 		x.mu.Unlock()
 		return false
 	}
-	ts.gen++
-	if ts.full {
-		ts.freed += max(slots, 1)
+	for _, ts := range lanes {
+		ts.gen++
+		if ts.full {
+			ts.freed += max(slots, 1)
+		}
+		ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
+		if ts.blocked {
+			ts.blocked = false
+			x.sched.SetBlocked(x.key(tenant), false)
+		}
+		orphans = orphans || ts.orphans
+		ts.orphans = false
 	}
-	ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
-	if ts.blocked {
-		ts.blocked = false
-		x.sched.SetBlocked(x.key(tenant), false)
-	}
-	orphans, ts.orphans = ts.orphans, false
 	x.mu.Unlock()
 	x.kick()
 	return orphans
@@ -230,13 +233,13 @@ func (x *destination) unblock(tenant string, slots int) (orphans bool) {
 // unblockAll handles "notifications may have been lost".
 func (x *destination) unblockAll() {
 	x.mu.Lock()
-	for t, ts := range x.tenants {
+	for _, ts := range x.tenants {
 		ts.gen++
 		ts.full = false // releases may have been missed: learn the limit again
 		ts.held, ts.backNeed, ts.bodyNeed = false, 0, 0
 		if ts.blocked {
 			ts.blocked = false
-			x.sched.SetBlocked(x.key(t), false)
+			x.sched.SetBlocked(x.key(ts.tenant), false)
 		}
 	}
 	x.mu.Unlock()

@@ -59,14 +59,15 @@ type grant struct {
 	cutBatches
 }
 
-// dispatch carries out one grant: plan, commit, then call done (the grant
-// is over: the tenant may be granted again) and publish. done may be
-// called more than once; run calls it when dispatch returns in any case.
-func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func()) (published int) {
+// dispatch carries out one grant of the tenant's events ts holds (pick):
+// plan, commit, then call done (the grant is over: the tenant may be
+// granted again) and publish. done may be called more than once; run
+// calls it when dispatch returns in any case.
+func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, ts *tenantState, done func()) (published int) {
 	if h := x.d.hooks.beforeDispatch; h != nil {
 		h(g)
 	}
-	p, ok := x.plan(ctx, g)
+	p, ok := x.plan(ctx, g, ts)
 	if !ok {
 		return 0
 	}
@@ -78,19 +79,18 @@ func (x *destination) dispatch(ctx context.Context, g scheduler.Grant, done func
 	return x.publishItems(ctx, p, leases, at)
 }
 
-// cursorOf reads the tenant's cursor in x's lane from PostgreSQL: the
-// pair's, or in a replay lane the replay's, whose end and rate it learns
-// too (past the end when the pair does not replay).
-func (x *destination) cursorOf(ctx context.Context, tenant string) (uint64, error) {
+// cursorOf reads ts's cursor from PostgreSQL: that of the tenant's events
+// of its priority, or in a replay lane the replay's, whose end and rate
+// it learns too (past the end when the pair does not replay).
+func (x *destination) cursorOf(ctx context.Context, ts *tenantState) (uint64, error) {
 	if !x.replay {
-		return x.d.st.Cursor(ctx, tenant, x.name)
+		return x.d.st.CursorFor(ctx, ts.tenant, x.name, ts.prio)
 	}
-	ps, err := x.d.st.PairState(ctx, tenant, x.name)
+	ps, err := x.d.st.PairState(ctx, ts.tenant, x.name)
 	if err != nil {
 		return 0, err
 	}
 	x.mu.Lock()
-	ts := x.state(tenant)
 	ts.replayUntil, ts.replayRate = ps.ReplayUntil, ps.ReplayRate
 	x.mu.Unlock()
 	if !ps.Replaying() {
@@ -115,45 +115,45 @@ func grantEvents(g scheduler.Grant) int {
 // plan cuts the grant's batches. ok is false when the grant ended without
 // any (held back, throttled, set aside after an error, or nothing to
 // dispatch), its outcome reported.
-func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok bool) {
+func (x *destination) plan(ctx context.Context, g scheduler.Grant, ts *tenantState) (p *grant, ok bool) {
 	d := x.d
 	k := g.Key
 	x.mu.Lock()
-	ts := x.state(k.Tenant)
 	p = &grant{k: k, ts: ts, from: ts.cursor, gen: ts.gen, bells: ts.bells, source: "index"}
 	x.mu.Unlock()
 	if p.from == 0 {
-		c, err := x.cursorOf(ctx, k.Tenant)
+		c, err := x.cursorOf(ctx, ts)
 		if err != nil {
-			x.setAside(k, "cursor", err)
+			x.setAside(ts, "cursor", err)
 			return nil, false
 		}
 		p.from = c
 	}
 	if x.replay && p.from >= x.replayEnd(ts) {
-		x.finish(k, p.from, 0, 0, p.bells) // the replay is over
+		x.finish(p.ts, p.from, 0, 0, p.bells) // the replay is over
 		return nil, false
 	}
 	n := grantEvents(g)
 	var wait time.Duration
 	p.replayUntil, p.lim, wait = x.replayBudget(ts, p.from, &n)
 	if x.replay && p.replayUntil <= p.from {
-		x.finish(k, p.from, 0, 0, p.bells) // the replay ended meanwhile
+		x.finish(p.ts, p.from, 0, 0, p.bells) // the replay ended meanwhile
 		return nil, false
 	}
 	if wait > 0 {
 		x.throttle(k, ts, wait)
 		return nil, false
 	}
-	// The pair's dispatch rate covers both its lanes: the replay lane
-	// charges the live lane's limiter.
-	rl, rts := x, ts
+	// The pair's dispatch rate covers all its events, of every priority
+	// and its replay's: one limiter, on the live lane's state of its
+	// normal events.
+	rl := x
 	if x.replay {
 		rl = x.live
-		rl.mu.Lock()
-		rts = rl.state(k.Tenant)
-		rl.mu.Unlock()
 	}
+	rl.mu.Lock()
+	rts := rl.state(k.Tenant)
+	rl.mu.Unlock()
 	if p.rateLim, wait = rl.rateBudget(rts, &n); wait > 0 {
 		d.m.rateLimited.WithLabelValues(x.name).Inc()
 		x.mu.Lock()
@@ -212,9 +212,9 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 		if x.replay {
 			upTo = p.replayUntil - 1
 		}
-		r, err := d.rd.Next(ctx, k.Tenant, p.from, upTo, work.ReadOptions{Max: most, NoData: true})
+		r, err := d.rd.Next(ctx, k.Tenant, p.from, upTo, work.ReadOptions{Max: most, NoData: true, Priority: ts.prio})
 		if err != nil {
-			x.setAside(k, "read", err)
+			x.setAside(ts, "read", err)
 			return nil, false
 		}
 		d.m.read.WithLabelValues(x.name).Add(float64(len(r.Msgs)))
@@ -228,14 +228,14 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 	if len(b.ranges) == 0 && x.replay && p.source == "read" {
 		// None of the tenant's events is left before the replay's end.
 		if err := d.st.FinishReplay(ctx, k.Tenant, x.name, p.from, p.replayUntil); err != nil {
-			x.setAside(k, "finish replay", err)
+			x.setAside(ts, "finish replay", err)
 			return nil, false
 		}
-		x.finish(k, max(p.from, p.replayUntil), 0, 0, p.bells)
+		x.finish(p.ts, max(p.from, p.replayUntil), 0, 0, p.bells)
 		return nil, false
 	}
 	if len(b.ranges) == 0 {
-		x.finish(k, p.from, 0, 0, p.bells)
+		x.finish(p.ts, p.from, 0, 0, p.bells)
 		return nil, false
 	}
 	d.m.grants.WithLabelValues(x.name, p.source).Inc()
@@ -247,11 +247,12 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant) (p *grant, ok
 // of the batches that got a slot, and when; ok is false when none did.
 func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Lease, at time.Time, ok bool) {
 	d, k, ts := x.d, p.k, p.ts
-	dispatch := d.st.DispatchMany
+	var err error
 	if x.replay {
-		dispatch = d.st.DispatchReplay
+		leases, err = d.st.DispatchReplay(ctx, k.Tenant, x.name, d.cfg.Holder, p.from, p.ranges)
+	} else {
+		leases, err = d.st.DispatchPriority(ctx, k.Tenant, x.name, ts.prio, d.cfg.Holder, p.from, p.ranges)
 	}
-	leases, err := dispatch(ctx, k.Tenant, x.name, d.cfg.Holder, p.from, p.ranges)
 	switch {
 	case errors.Is(err, tenancy.ErrAtLimit):
 		d.m.atLimit.WithLabelValues(x.name).Inc()
@@ -278,7 +279,7 @@ func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Le
 		return nil, at, false
 	case errors.Is(err, tenancy.ErrCursorMoved):
 		d.m.moved.WithLabelValues(x.name).Inc()
-		c, cerr := x.cursorOf(ctx, k.Tenant)
+		c, cerr := x.cursorOf(ctx, ts)
 		x.mu.Lock()
 		ts.granted = false
 		ts.cursor = 0
@@ -290,7 +291,7 @@ func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Le
 		x.mu.Unlock()
 		return nil, at, false
 	case err != nil:
-		x.setAside(k, "dispatch", err)
+		x.setAside(ts, "dispatch", err)
 		return nil, at, false
 	}
 	if h := d.hooks.afterCommit; h != nil {
@@ -327,7 +328,7 @@ func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Le
 		ts.full = false // every batch of an uncut grant got a slot: room
 	}
 	x.mu.Unlock()
-	x.finish(k, next, sent, pending, p.bells)
+	x.finish(p.ts, next, sent, pending, p.bells)
 	return leases, at, true
 }
 
@@ -353,7 +354,7 @@ func (x *destination) publishItems(ctx context.Context, p *grant, leases []tenan
 	for i, l := range leases {
 		it := work.Item{
 			Tenant: p.k.Tenant, Dest: x.name, FromSeq: l.FromSeq, ToSeq: l.ToSeq, Count: p.counts[i], Seqs: p.lists[i], Times: p.times[i],
-			LeaseID: l.ID, Token: l.Token, DispatchedAt: at, Replay: l.FromSeq < p.replayUntil,
+			LeaseID: l.ID, Token: l.Token, DispatchedAt: at, Replay: l.FromSeq < p.replayUntil, Priority: p.ts.prio,
 			CaughtUp: i == len(p.ranges)-1 && p.caughtUp,
 		}
 		if p.bodies != nil && p.bodies[i] != nil {
@@ -367,6 +368,8 @@ func (x *destination) publishItems(ctx context.Context, p *grant, leases []tenan
 		}
 		if it.Replay {
 			d.m.replayed.WithLabelValues(x.name).Add(float64(it.Count))
+		} else {
+			d.m.priorities.WithLabelValues(x.name, string(it.Priority)).Add(float64(it.Count))
 		}
 		wg.Go(func() {
 			if err := d.publish(ctx, it); err != nil {

@@ -53,10 +53,10 @@ func (d *Dispatcher) partnerChanged(ctx context.Context, r tenancy.Released) {
 func (x *destination) idle(ctx context.Context, tenant string) {
 	for ctx.Err() == nil {
 		x.mu.Lock()
-		ts := x.tenants[tenant]
-		if ts == nil || !ts.granted {
-			if ts != nil {
-				x.sched.SetBacklog(x.key(tenant), 0, ts.weight)
+		lanes := x.lanesOf(tenant)
+		if !slices.ContainsFunc(lanes, func(ts *tenantState) bool { return ts.granted }) {
+			for _, ts := range lanes {
+				x.setBacklog(ts, 0)
 			}
 			x.mu.Unlock()
 			return

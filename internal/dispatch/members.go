@@ -119,9 +119,9 @@ func (d *Dispatcher) beatNow() {
 // repark parks the pairs of x another dispatcher owns and unparks x's own.
 func (x *destination) repark() {
 	x.mu.Lock()
-	for t, ts := range x.tenants {
-		parked := !x.d.owns(t, x.name)
-		x.sched.SetParked(x.key(t), parked)
+	for _, ts := range x.tenants {
+		parked := !x.d.owns(ts.tenant, x.name)
+		x.sched.SetParked(x.key(ts.tenant), parked)
 		if parked {
 			x.stopFeed(ts) // the owner replays it now; a feed here would only cost the server
 		}

@@ -19,6 +19,7 @@ type metrics struct {
 	returned      *prometheus.CounterVec   // dest: batches handed back unpublished
 	errors        *prometheus.CounterVec   // dest, op
 	replayed      *prometheus.CounterVec   // dest: events dispatched again for a replay
+	priorities    *prometheus.CounterVec   // dest, priority: events dispatched, by their priority
 	throttled     *prometheus.CounterVec   // dest: grants a replay's rate held back
 	rateLimited   *prometheus.CounterVec   // dest: grants a pair's dispatch rate held back
 	backfillWaits *prometheus.CounterVec   // dest: grants held back for the start-up backfill to deliver a batch
@@ -68,6 +69,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "returned_total", Help: "Dispatched batches handed back unpublished (shutdown, publish failure)."}, []string{"dest"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "errors_total", Help: "Errors by destination and operation."}, []string{"dest", "op"}),
+		priorities: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "priority_events_total", Help: "Events dispatched by their priority (high, normal, bulk), by destination; a replay's are not counted here."}, []string{"dest", "priority"}),
 		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "replayed_events_total", Help: "Events dispatched again for a replay (included in events_total), by destination."}, []string{"dest"}),
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -98,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "doorbell_pull_changes_total", Help: "Changes of the live doorbell's pull (fairway_dispatcher_doorbell_pull), each a new ordered consumer from the sequence after the last delivered."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
-		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.throttled, m.rateLimited, m.backfillWaits, m.bodyWaits, m.refilled, m.read,
+		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.priorities, m.throttled, m.rateLimited, m.backfillWaits, m.bodyWaits, m.refilled, m.read,
 		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.feeds, m.bellPull, m.bellSwitches} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -62,7 +62,7 @@ func startProbe(b *testing.B, ctx context.Context, e *benchEnv, t0 time.Time, te
 	probes := map[string]func() error{
 		"timer":  func() error { time.Sleep(time.Millisecond); return nil },
 		"nats":   func() error { _, err := nc.RTT(); return err },
-		"stream": func() error { _, err := reader.LastSeq(ctx, tenant); return err },
+		"stream": func() error { _, err := reader.LastSeq(ctx, tenant, ""); return err },
 		"work":   func() error { _, err := wjs.Publish(ctx, work.SubjectPrefix+".probe.p", nil); return err },
 		"postgres": func() error {
 			var one int

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -115,7 +116,7 @@ func (d *Dispatcher) redispatch(ctx context.Context, x *destination, o tenancy.O
 		d.m.errors.WithLabelValues(x.name, "redispatch").Inc()
 		return false
 	}
-	n, err := d.countRange(ctx, o.Tenant, lease.FromSeq, lease.ToSeq)
+	n, err := d.countRange(ctx, o.Tenant, o.Priority, lease.FromSeq, lease.ToSeq)
 	if err != nil {
 		d.log.Warn("redispatch: reading the range failed; handing it back", "lease", lease.ID, "err", err)
 		d.handBack(lease)
@@ -132,7 +133,7 @@ func (d *Dispatcher) redispatch(ctx context.Context, x *destination, o tenancy.O
 	}
 	it := work.Item{
 		Tenant: o.Tenant, Dest: o.Dest, FromSeq: lease.FromSeq, ToSeq: lease.ToSeq, Count: n,
-		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(), Replay: o.Slot < 0,
+		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(), Replay: o.Slot < 0, Priority: o.Priority,
 	}
 	if err := d.publish(ctx, it); err != nil {
 		d.m.errors.WithLabelValues(x.name, "publish").Inc()
@@ -147,11 +148,11 @@ func (d *Dispatcher) redispatch(ctx context.Context, x *destination, o tenancy.O
 	return true
 }
 
-// countRange counts tenant's events in from..to.
-func (d *Dispatcher) countRange(ctx context.Context, tenant string, from, to uint64) (int, error) {
+// countRange counts tenant's events of priority p ("": all) in from..to.
+func (d *Dispatcher) countRange(ctx context.Context, tenant string, p events.Priority, from, to uint64) (int, error) {
 	n := 0
 	for from <= to {
-		b, err := d.rd.Next(ctx, tenant, from, to, work.ReadOptions{Max: 1000, NoData: true})
+		b, err := d.rd.Next(ctx, tenant, from, to, work.ReadOptions{Max: 1000, NoData: true, Priority: p})
 		if err != nil {
 			return n, err
 		}

@@ -186,7 +186,7 @@ func (e *benchEnv) tenantSeqs() map[string][]uint64 {
 		if err != nil {
 			e.tb.Fatal(err)
 		}
-		tenant, _, err := events.ParseSubject(m.Subject())
+		tenant, _, _, err := events.ParseSubject(m.Subject())
 		if err != nil {
 			e.tb.Fatal(err)
 		}

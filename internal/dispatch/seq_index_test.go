@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -221,22 +222,33 @@ func TestSeqIndexTimes(t *testing.T) {
 	check(8, 9, 2)
 }
 
-// The doorbell indexes exactly the subjects a sink reads as the tenant's
-// (events.TenantSubjects: products.<tenant>.<op>).
-func TestSubjectTenant(t *testing.T) {
+// The doorbell indexes an event under its subject's tenant and priority
+// (events.SubjectFor: products.<tenant>.<op>[.<priority>]); anything else
+// is no tenant's event.
+func TestParseSubject(t *testing.T) {
 	t.Parallel()
-	for subject, want := range map[string]string{
-		"products.acme.upsert": "acme",
-		"products.acme.delete": "acme",
-		"products.acme":        "",
-		"products.acme.x.y":    "",
-		"products..upsert":     "",
-		"products.acme.":       "",
-		"other.acme.upsert":    "",
+	type want struct {
+		tenant string
+		op     events.Op
+		p      events.Priority
+		ok     bool
+	}
+	for subject, w := range map[string]want{
+		"products.acme.upsert":        {"acme", events.OpUpsert, events.PriorityNormal, true},
+		"products.acme.delete":        {"acme", events.OpDelete, events.PriorityNormal, true},
+		"products.acme.upsert.high":   {"acme", events.OpUpsert, events.PriorityHigh, true},
+		"products.acme.delete.bulk":   {"acme", events.OpDelete, events.PriorityBulk, true},
+		"products.acme.upsert.normal": {},
+		"products.acme.upsert.x":      {},
+		"products.acme":               {},
+		"products.acme.x.y.z":         {},
+		"products..upsert":            {},
+		"products.acme.":              {},
+		"other.acme.upsert":           {},
 	} {
-		got, ok := subjectTenant(subject)
-		if got != want && ok || ok != (want != "") {
-			t.Errorf("subjectTenant(%q) = %q, %v; want %q", subject, got, ok, want)
+		tenant, op, p, ok := parseSubject(subject)
+		if ok != w.ok || ok && (tenant != w.tenant || op != w.op || p != w.p) {
+			t.Errorf("parseSubject(%q) = %q %q %q %v; want %+v", subject, tenant, op, p, ok, w)
 		}
 	}
 }
@@ -275,10 +287,10 @@ func TestBackfillKeepsScanBacklog(t *testing.T) {
 	t.Parallel()
 	_, x, sched := grantingDestination(t)
 	// The scan: 200 events of solo from sequence 1.
-	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 200, 1, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 200, 1, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 16; seq++ {
-		x.bell("solo", seq, at, nil, true)
+		x.bell("solo", events.PriorityNormal, seq, at, nil, true)
 	}
 	g, ok := sched.Next()
 	if !ok {
@@ -297,11 +309,11 @@ func TestGrantCutsWhatBackfillDelivered(t *testing.T) {
 	d, x, _ := grantingDestination(t)
 	d.backFrom.Store(1)
 	d.liveFrom.Store(1001) // the backfill covers 1..1000, and has delivered up to 32
-	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 500, 1, denseRun{})
-	x.seed(tenancy.PairState{Tenant: "late", NextSeq: 1, Weight: 1}, 500, 40, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "late", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 40, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 32; seq += 2 {
-		x.bell("solo", seq, at, nil, true) // 16 events, every other sequence
+		x.bell("solo", events.PriorityNormal, seq, at, nil, true) // 16 events, every other sequence
 	}
 	ts := x.state("solo")
 	ranges, counts, _, _, _, ok := x.fromIndex(ts, 1, 40)
@@ -354,13 +366,13 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	}
 	x := newDestination(d, "postgres", sched, testScheduler(t, sc))
 	d.liveFrom.Store(1) // the doorbell follows the stream from its start
-	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, 0, 0, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, events.PriorityNormal, 0, 0, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 100; seq++ {
-		x.bell("other", seq, at, nil, false)
+		x.bell("other", events.PriorityNormal, seq, at, nil, false)
 	}
 	// The owner dispatched 90 of them; a poll tells this dispatcher.
-	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 91, Weight: 1}, 10, 91, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 91, Weight: 1}, events.PriorityNormal, 10, 91, denseRun{})
 	x.mu.Lock()
 	held := x.tenants["other"].live.count()
 	x.mu.Unlock()
@@ -373,7 +385,7 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	// tenant's next live events (the 10,000-tenant benchmark's second
 	// round took 17 s instead of 5).
 	d.liveFrom.Store(200)
-	x.seed(tenancy.PairState{Tenant: "fresh", NextSeq: 150, Weight: 1}, 0, 0, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "fresh", NextSeq: 150, Weight: 1}, events.PriorityNormal, 0, 0, denseRun{})
 	x.mu.Lock()
 	floor := x.tenants["fresh"].live.floor
 	x.mu.Unlock()
@@ -424,7 +436,7 @@ func TestWaitForBackfill(t *testing.T) {
 	// from 1, every other sequence here).
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq < 1000; seq += 2 {
-		x.bell("solo", seq, at, nil, true)
+		x.bell("solo", events.PriorityNormal, seq, at, nil, true)
 	}
 	x.mu.Lock()
 	ts.granted = false
@@ -459,12 +471,12 @@ func TestWaitForBackfill(t *testing.T) {
 	// The backfill rings 6 more of solo's events, the rest of a batch:
 	// solo is back in the rounds at once, well before backfillWaitMax.
 	for seq := uint64(1001); seq < 1011; seq += 2 {
-		x.bell("solo", seq, at, nil, true)
+		x.bell("solo", events.PriorityNormal, seq, at, nil, true)
 		if _, ok := sched.Next(); ok {
 			t.Fatalf("solo granted after %d of the 6 events it waits for", (seq-1001)/2+1)
 		}
 	}
-	x.bell("solo", 1011, at, nil, true)
+	x.bell("solo", events.PriorityNormal, 1011, at, nil, true)
 	if g, ok := sched.Next(); !ok || g.Key != k {
 		t.Fatalf("after the backfill rang the rest of a batch: grant %+v, %v; want solo's", g, ok)
 	}
@@ -473,7 +485,7 @@ func TestWaitForBackfill(t *testing.T) {
 	}
 	// A tenant with less than a batch counted is read at once, however far
 	// the backfill still is from its events.
-	x.seed(tenancy.PairState{Tenant: "tiny", NextSeq: 1, Weight: 1}, 3, 900, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "tiny", NextSeq: 1, Weight: 1}, events.PriorityNormal, 3, 900, denseRun{})
 	if x.waitForBackfill(x.key("tiny"), x.state("tiny"), 1, 0, false) {
 		t.Fatal("a tenant with 3 events counted held back for the backfill")
 	}
@@ -494,7 +506,7 @@ func soloInBackfill(t *testing.T) (x *destination, sched *scheduler.Scheduler, m
 	d.m = m
 	d.backFrom.Store(1)
 	d.liveFrom.Store(1001)
-	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, 500, 1, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{})
 	ts = x.state("solo")
 	k = x.key("solo")
 	grant = func() {
@@ -546,7 +558,7 @@ func TestStaleHoldKeepsLimitBlock(t *testing.T) {
 		grant()
 		atLimit()
 		for seq := uint64(1); seq <= 12; seq++ {
-			x.bell("solo", seq, at, nil, true)
+			x.bell("solo", events.PriorityNormal, seq, at, nil, true)
 		}
 		time.Sleep(3 * backfillWaitMax) // the hold's own timer has fired
 		if g, ok := sched.Next(); ok {
@@ -579,7 +591,7 @@ func TestNewTenantDoesNotWaitForBackfill(t *testing.T) {
 	d.liveFrom.Store(1001) // the backfill covers 1..1000 and is still on its way
 	at := time.Unix(1_764_000_000, 0)
 	d.rung.Store("new", uint64(1001))
-	x.bell("new", 1001, at, nil, false)
+	x.bell("new", events.PriorityNormal, 1001, at, nil, false)
 	ts := x.state("new")
 	if !ts.fresh {
 		t.Fatal("a tenant first rung by the doorbell after the start is not fresh")
@@ -587,8 +599,8 @@ func TestNewTenantDoesNotWaitForBackfill(t *testing.T) {
 	if x.waitForBackfill(x.key("new"), ts, 1, 1, true) {
 		t.Error("the new tenant's one-event grant is held for the backfill")
 	}
-	x.seed(tenancy.PairState{Tenant: "old", NextSeq: 1, Weight: 1}, 500, 1, denseRun{})
-	x.bell("old", 1, at, nil, true)
+	x.seed(tenancy.PairState{Tenant: "old", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{})
+	x.bell("old", events.PriorityNormal, 1, at, nil, true)
 	if !x.waitForBackfill(x.key("old"), x.state("old"), 1, 1, true) {
 		t.Error("a scanned tenant's short grant is not held for the backfill")
 	}

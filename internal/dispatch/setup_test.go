@@ -105,6 +105,23 @@ func (e *env) publish(tenant string, n int) []uint64 {
 // returns each tenant's sequences.
 func (e *env) publishAll(tenants []string) map[string][]uint64 {
 	e.t.Helper()
+	return e.publishAllOf(tenants, "")
+}
+
+// publishOf stores n events of tenant of priority p and returns their
+// sequences.
+func (e *env) publishOf(tenant string, p events.Priority, n int) []uint64 {
+	e.t.Helper()
+	tenants := make([]string, n)
+	for i := range tenants {
+		tenants[i] = tenant
+	}
+	return e.publishAllOf(tenants, p)[tenant]
+}
+
+// publishAllOf is publishAll of events of priority p.
+func (e *env) publishAllOf(tenants []string, p events.Priority) map[string][]uint64 {
+	e.t.Helper()
 	seqs := map[string][]uint64{}
 	const chunk = 5000
 	for off := 0; off < len(tenants); off += chunk {
@@ -112,7 +129,7 @@ func (e *env) publishAll(tenants []string) map[string][]uint64 {
 		evs := make([]events.Event, 0, len(part))
 		for _, tenant := range part {
 			evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprintf("p%d", productN.Add(1)), Version: 1,
-				Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: []byte(`{}`)})
+				Op: events.OpUpsert, OccurredAt: time.Unix(1_700_000_000, 0), Payload: []byte(`{}`), Priority: p})
 		}
 		for i, r := range e.pub.Publish(e.ctx, evs) {
 			if r.Err != nil {

@@ -21,6 +21,7 @@ const (
 	colOp         = "op"
 	colOccurredAt = "occurred_at"
 	colKey        = "idempotency_key"
+	colPriority   = "priority"
 )
 
 // csvRows turns a CSV catalog file into events, one row at a time and no
@@ -71,7 +72,7 @@ func newCSVRows(r io.Reader, tenant string, limits events.Limits, maxRecord int,
 		}
 		seen[name] = true
 		switch name {
-		case colProductID, colVersion, colOp, colOccurredAt, colKey:
+		case colProductID, colVersion, colOp, colOccurredAt, colKey, colPriority:
 			c.idx[name] = i
 		default:
 			c.payload = append(c.payload, payloadCol{name: name, idx: i})
@@ -79,7 +80,7 @@ func newCSVRows(r io.Reader, tenant string, limits events.Limits, maxRecord int,
 	}
 	for _, req := range []string{colProductID, colVersion} {
 		if _, ok := c.idx[req]; !ok {
-			return nil, fmt.Errorf("%w: header has no %q column (required: product_id, version; optional: op, occurred_at, idempotency_key; others become payload fields)", ErrBadCSV, req)
+			return nil, fmt.Errorf("%w: header has no %q column (required: product_id, version; optional: op, occurred_at, idempotency_key, priority; others become payload fields)", ErrBadCSV, req)
 		}
 	}
 	return c, nil
@@ -109,10 +110,16 @@ func (c *csvRows) Next() (CSVRow, error) {
 		row.Err = fmt.Errorf("has %d fields, header has %d", len(rec), c.ncols)
 		return row, nil
 	}
+	// An import is bulk unless its rows say otherwise: a tenant's other
+	// events go before it (events.Priority).
 	ev := events.Event{
 		Tenant:    c.tenant,
 		ProductID: rec[c.idx[colProductID]],
 		Op:        events.OpUpsert,
+		Priority:  events.PriorityBulk,
+	}
+	if i, ok := c.idx[colPriority]; ok && strings.TrimSpace(rec[i]) != "" {
+		ev.Priority = events.Priority(strings.TrimSpace(rec[i]))
 	}
 	vs := strings.TrimSpace(rec[c.idx[colVersion]])
 	if vs == "" {

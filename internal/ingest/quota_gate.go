@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -15,13 +16,13 @@ import (
 type Quotas interface {
 	Quotas(ctx context.Context) ([]tenancy.Quota, error)
 	TakeQuota(ctx context.Context, tenant string, events, bytes int64, clamp bool) (tenancy.QuotaTake, error)
-	FirstUndispatched(ctx context.Context, tenant string) (uint64, error)
+	FirstUndispatched(ctx context.Context, tenant string) (map[events.Priority]uint64, error)
 }
 
-// StreamCounter counts a tenant's events in PRODUCTS from a sequence on.
-// *work.Reader implements it.
+// StreamCounter counts a tenant's events of a priority in PRODUCTS from a
+// sequence on. *work.Reader implements it.
 type StreamCounter interface {
-	Pending(ctx context.Context, tenant string, from uint64) (uint64, error)
+	PendingOf(ctx context.Context, tenant string, p events.Priority, from uint64) (uint64, error)
 }
 
 // quotaWaitMin is the shortest pause of an import waiting for its
@@ -34,7 +35,7 @@ const quotaWaitMin = 10 * time.Millisecond
 // quotas take from the token buckets in PostgreSQL, one statement per
 // request or import round, so replicas share them exactly. The backlog
 // of a tenant with max_backlog is counted at most once per
-// Config.BacklogTTL (a cursor read and one direct get) and grows between
+// Config.BacklogTTL (a cursor read and a direct get per priority) and grows between
 // counts by what this replica stored. A nil *quotaGate lets everything in.
 type quotaGate struct {
 	store   Quotas
@@ -213,13 +214,17 @@ func (g *quotaGate) backlog(ctx context.Context, tenant string) (uint64, error) 
 	if !b.at.IsZero() && now.Sub(b.at) < g.cfg.BacklogTTL {
 		return b.n, nil
 	}
-	from, err := g.store.FirstUndispatched(ctx, tenant)
+	firsts, err := g.store.FirstUndispatched(ctx, tenant)
 	if err != nil {
 		return 0, err
 	}
-	n, err := g.stream.Pending(ctx, tenant, from)
-	if err != nil {
-		return 0, fmt.Errorf("backlog of %s: %w", tenant, err)
+	var n uint64
+	for _, p := range events.Priorities {
+		m, err := g.stream.PendingOf(ctx, tenant, p, firsts[p])
+		if err != nil {
+			return 0, fmt.Errorf("backlog of %s: %w", tenant, err)
+		}
+		n += m
 	}
 	b.n, b.at = n, now
 	return n, nil

@@ -1,6 +1,7 @@
 package replay_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -161,32 +162,10 @@ func BenchmarkReplayImpact(b *testing.B) {
 	}
 
 	fs := &timedSink{big: bigTenant, bigLast: last, applied: map[uint64]applyTimes{}}
-	reg := prometheus.NewRegistry()
-	r, err := runner.New(ctx, runner.Deps{JetStream: e.js(e.conn("sink")), Sink: fs, Leases: e.store(), Registry: reg},
-		&runner.Config{Concurrency: workers})
-	if err != nil {
-		b.Fatal(err)
-	}
-	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg},
-		&dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench", PollInterval: time.Second,
-			ReplayBatch:     testenv.EnvInt(b, "FAIRWAY_BENCH_REPLAY_BATCH", dispatch.ReplayBatchDefault),
-			ReplayLookahead: lookahead, Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { stop(); wg.Wait() }()
-	wg.Go(func() {
-		if err := disp.Run(runCtx); err != nil {
-			b.Errorf("dispatcher: %v", err)
-		}
-	})
-	wg.Go(func() {
-		if err := r.Run(runCtx); err != nil {
-			b.Errorf("runner: %v", err)
-		}
-	})
+	reg, stop := e.startPipeline(b, fs, &dispatch.Config{Dests: []string{tenancy.DestPostgres}, Holder: "bench", PollInterval: time.Second,
+		ReplayBatch:     testenv.EnvInt(b, "FAIRWAY_BENCH_REPLAY_BATCH", dispatch.ReplayBatchDefault),
+		ReplayLookahead: lookahead, Concurrency: testenv.EnvInt(b, "FAIRWAY_BENCH_CONCURRENCY", 0)})
+	defer stop()
 	pub, err := events.NewPublisher(e.js(e.conn("trickle")))
 	if err != nil {
 		b.Fatal(err)
@@ -197,8 +176,8 @@ func BenchmarkReplayImpact(b *testing.B) {
 
 	b.ResetTimer()
 	t0 := time.Now()
-	tr := startLiveTrickle(ctx, pub, smalls, perSec, t0)
-	own := startLiveTrickle(ctx, pub, []string{bigTenant}, bigPerSec, t0)
+	tr := startLiveTrickle(ctx, pub, smalls, perSec, t0, benchload.Event)
+	own := startLiveTrickle(ctx, pub, []string{bigTenant}, bigPerSec, t0, benchload.Event)
 	time.Sleep(warmUp)
 
 	// The replay runs and stops in turns of one window each, starting
@@ -402,6 +381,36 @@ func newReplayBenchEnv(tb testing.TB, ctx context.Context, dedup time.Duration) 
 	return e
 }
 
+// startPipeline runs the dispatcher (cfg) and a sink runner with 16
+// workers applying to s, each on connections of its own, until stop; it
+// returns the registry of their metrics.
+func (e *replayBenchEnv) startPipeline(b *testing.B, s sink.Sink, cfg *dispatch.Config) (reg *prometheus.Registry, stop func()) {
+	b.Helper()
+	reg = prometheus.NewRegistry()
+	r, err := runner.New(e.ctx, runner.Deps{JetStream: e.js(e.conn("sink")), Sink: s, Leases: e.store(), Registry: reg},
+		&runner.Config{Concurrency: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	disp, err := dispatch.New(dispatch.Deps{Store: e.store(), NATS: e.conn("dispatcher"), Registry: reg}, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := disp.Run(runCtx); err != nil {
+			b.Errorf("dispatcher: %v", err)
+		}
+	})
+	wg.Go(func() {
+		if err := r.Run(runCtx); err != nil {
+			b.Errorf("runner: %v", err)
+		}
+	})
+	return reg, func() { cancel(); wg.Wait() }
+}
+
 // cpu returns the CPU time the benchmark's processes have used: this one
 // (dispatcher, sink runner, publishers) and the server's when it runs in
 // its own.
@@ -487,7 +496,8 @@ func (e *replayBenchEnv) publishBulk(tenant string, n, publishers int) (first, l
 // first applied; big's replayed records are only counted.
 type timedSink struct {
 	big        string
-	bigLast    uint64 // big's events up to here are the replayed ones
+	bigLast    uint64        // big's events up to here are the replayed ones
+	perEvent   time.Duration // what Apply holds per record besides 1 ms (0: 20 µs)
 	calls      atomic.Int64
 	bigApplied atomic.Int64
 	mu         sync.Mutex
@@ -505,7 +515,7 @@ func (s *timedSink) Name() string { return tenancy.DestPostgres }
 func (s *timedSink) Apply(ctx context.Context, batch []sink.Record) ([]error, error) {
 	s.calls.Add(1)
 	start := time.Now()
-	t := time.NewTimer(time.Millisecond + time.Duration(len(batch))*20*time.Microsecond)
+	t := time.NewTimer(time.Millisecond + time.Duration(len(batch))*cmp.Or(s.perEvent, 20*time.Microsecond))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -707,7 +717,7 @@ type liveTrickle struct {
 	wg     sync.WaitGroup
 }
 
-func startLiveTrickle(ctx context.Context, pub *events.Publisher, tenants []string, perSec float64, start time.Time) *liveTrickle {
+func startLiveTrickle(ctx context.Context, pub *events.Publisher, tenants []string, perSec float64, start time.Time, event func(tenant string) events.Event) *liveTrickle {
 	ctx, cancel := context.WithCancel(ctx)
 	tr := &liveTrickle{cancel: cancel}
 	every := time.Duration(float64(time.Second) / perSec)
@@ -727,7 +737,7 @@ func startLiveTrickle(ctx context.Context, pub *events.Publisher, tenants []stri
 				if at.Sub(due) > 50*time.Millisecond {
 					tr.late.Add(1)
 				}
-				r := pub.PublishOne(context.WithoutCancel(ctx), benchload.Event(tenant))
+				r := pub.PublishOne(context.WithoutCancel(ctx), event(tenant))
 				if r.Err != nil {
 					tr.errs.Add(1)
 					continue

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -40,7 +41,7 @@ const (
 // Row is the status of one (tenant, destination).
 type Row struct {
 	Tenant, Dest string
-	Backlog      uint64        // events behind the dispatch cursor; for a pair held for a stream reset, the tenant's events in the stream
+	Backlog      uint64        // events behind the dispatch cursors (of each priority); for a pair held for a stream reset, the tenant's events in the stream
 	OldestAge    time.Duration // age of the oldest event behind the cursor (0 if none)
 	InUse, Limit int
 	Weight       int
@@ -125,20 +126,33 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 		case tenancy.WaitDown:
 			r.Reason, r.WaitDetail = ReasonDown, p.WaitDetail
 		}
-		// A pair held for a stream reset has a cursor of the old stream:
-		// what waits for it is every event of the tenant the stream holds,
-		// what `fairway cursors reset --to first` dispatches.
-		from := p.NextSeq
-		if p.StreamReset != "" {
-			from = 1
+		// The backlog: the tenant's events of each priority from that
+		// priority's cursor. A pair held for a stream reset has cursors of
+		// the old stream: what waits for it is every event of the tenant
+		// the stream holds, what `fairway cursors reset --to first`
+		// dispatches.
+		var oldest time.Time
+		for _, pr := range events.Priorities {
+			from, only := p.NextFor(pr), pr
+			if p.StreamReset != "" {
+				if pr != events.PriorityNormal {
+					continue
+				}
+				from, only = 1, ""
+			}
+			b, err := s.Reader.Next(ctx, p.Tenant, from, 0, work.ReadOptions{Max: 1, Priority: only})
+			if err != nil {
+				return nil, fmt.Errorf("backlog of %s/%s: %w", p.Tenant, p.Dest, err)
+			}
+			if len(b.Msgs) > 0 {
+				r.Backlog += 1 + b.Pending
+				if oldest.IsZero() || b.Msgs[0].Time.Before(oldest) {
+					oldest = b.Msgs[0].Time
+				}
+			}
 		}
-		b, err := s.Reader.Next(ctx, p.Tenant, from, 0, work.ReadOptions{Max: 1})
-		if err != nil {
-			return nil, fmt.Errorf("backlog of %s/%s: %w", p.Tenant, p.Dest, err)
-		}
-		if len(b.Msgs) > 0 {
-			r.Backlog = 1 + b.Pending
-			r.OldestAge = max(0, now().Sub(b.Msgs[0].Time))
+		if r.Backlog > 0 {
+			r.OldestAge = max(0, now().Sub(oldest))
 			if maxAge > 0 {
 				r.ExpiresIn = max(time.Nanosecond, maxAge-r.OldestAge)
 				r.Expiring = float64(r.ExpiresIn) < ExpiryWarning*float64(maxAge)

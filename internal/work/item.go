@@ -39,9 +39,14 @@ type Item struct {
 	LeaseID      string    `json:"lease_id"`
 	Token        int64     `json:"token"`
 	DispatchedAt time.Time `json:"dispatched_at"`
-	// Replay is set when the range is dispatched again after an operator
-	// rewound the cursor.
+	// Replay is set when the range is dispatched again by a replay (its
+	// replay lane).
 	Replay bool `json:"replay,omitempty"`
+	// Priority, when set, says the item holds the tenant's events of that
+	// priority only (a live lane's batch: the range may hold its events of
+	// other priorities, which the sink leaves out); "" holds every event
+	// of the tenant in the range (a replay's, a re-dispatched range).
+	Priority events.Priority `json:"priority,omitempty"`
 	// CaughtUp is set when the tenant had nothing more waiting for the
 	// destination when the item was cut: it is the last batch of its
 	// grant and no backlog was left beyond it (as far as the dispatcher
@@ -131,6 +136,9 @@ func (it Item) Validate() error {
 	}
 	if it.LeaseID == "" {
 		errs = append(errs, "lease_id is empty")
+	}
+	if !it.Priority.Valid() {
+		errs = append(errs, fmt.Sprintf("priority %q is not one of high, normal, bulk", it.Priority))
 	}
 	if n := len(it.Seqs); n > 0 {
 		ok := n == it.Count && n <= SeqsMax && it.Seqs[0] == it.FromSeq && it.Seqs[n-1] == it.ToSeq

@@ -3,7 +3,6 @@ package work
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -236,14 +235,13 @@ func RangeRead(count int, width uint64) bool {
 // ReadItemHeaders reads it's events with their headers (subject, store
 // time, the publisher's headers); ReadItem does so for items without Times.
 func (r *Reader) ReadItemHeaders(ctx context.Context, it Item) ([]Stored, error) {
-	filter, err := events.TenantSubjects(it.Tenant)
+	filter, err := subjects(it.Tenant, it.Priority)
 	if err != nil {
 		return nil, err
 	}
-	prefix := strings.TrimSuffix(filter, "*")
 	keep := func(m Stored) bool {
-		rest, ok := strings.CutPrefix(m.Subject, prefix)
-		return ok && rest != "" && !strings.Contains(rest, ".")
+		tenant, _, p, err := events.ParseSubject(m.Subject)
+		return err == nil && tenant == it.Tenant && (it.Priority == "" || p == it.Priority.Or())
 	}
 	out := make([]Stored, 0, it.Count)
 	width := it.ToSeq - it.FromSeq + 1

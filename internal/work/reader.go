@@ -84,12 +84,23 @@ type ReadOptions struct {
 	Max      int  // most messages, default 500
 	MaxBytes int  // stop after about this many bytes (0: server default)
 	NoData   bool // headers only: sequences and subjects, no bodies (data is still sent by the server; NoData drops it client side)
+	// Priority, when set, reads only the tenant's events of that priority
+	// (events.PrioritySubjects); "" reads them all.
+	Priority events.Priority
+}
+
+// subjects is the filter of tenant's events of priority p ("": all).
+func subjects(tenant string, p events.Priority) (string, error) {
+	if p == "" {
+		return events.TenantSubjects(tenant)
+	}
+	return events.PrioritySubjects(tenant, p)
 }
 
 // Next returns up to opts.Max of tenant's events with sequence ≥ from and
 // ≤ upTo (0: no upper bound), in order. An empty batch means none exist yet.
 func (r *Reader) Next(ctx context.Context, tenant string, from, upTo uint64, opts ReadOptions) (Batch, error) {
-	subj, err := events.TenantSubjects(tenant)
+	subj, err := subjects(tenant, opts.Priority)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -109,7 +120,13 @@ func nextRequest(subj string, from, upTo uint64, max int) directGetRequest {
 
 // Pending counts tenant's events with sequence ≥ from.
 func (r *Reader) Pending(ctx context.Context, tenant string, from uint64) (uint64, error) {
-	b, err := r.Next(ctx, tenant, from, 0, ReadOptions{Max: 1, NoData: true})
+	return r.PendingOf(ctx, tenant, "", from)
+}
+
+// PendingOf counts tenant's events of priority p ("": all) with sequence
+// ≥ from.
+func (r *Reader) PendingOf(ctx context.Context, tenant string, p events.Priority, from uint64) (uint64, error) {
+	b, err := r.Next(ctx, tenant, from, 0, ReadOptions{Max: 1, NoData: true, Priority: p})
 	if err != nil || len(b.Msgs) == 0 {
 		return 0, err
 	}
@@ -151,14 +168,15 @@ func (r *Reader) OpSeqs(ctx context.Context, tenant string, op events.Op, from, 
 }
 
 // lastSeqBatch bounds the answer of LastSeq: a tenant has one subject per
-// op (events.Op), two today.
+// op and priority (events.StreamSubjects), six today.
 const lastSeqBatch = 64
 
-// LastSeq returns the sequence of tenant's last event (0: none): one
-// batched direct get of the last message on each of the tenant's subjects
-// (multi_last), which the server answers from its per-subject state.
-func (r *Reader) LastSeq(ctx context.Context, tenant string) (uint64, error) {
-	subj, err := events.TenantSubjects(tenant)
+// LastSeq returns the sequence of tenant's last event of priority p ("":
+// any) (0: none): one batched direct get of the last message on each of
+// the tenant's subjects (multi_last), which the server answers from its
+// per-subject state.
+func (r *Reader) LastSeq(ctx context.Context, tenant string, p events.Priority) (uint64, error) {
+	subj, err := subjects(tenant, p)
 	if err != nil {
 		return 0, err
 	}

@@ -184,11 +184,11 @@ func TestReaderReadsOneTenantInOrder(t *testing.T) {
 		last = append(last, r.Seq)
 	}
 	for tenant, want := range map[string]uint64{"acme": last[1], "globex": last[2], "nobody": 0} {
-		if got, err := rd.LastSeq(ctx, tenant); err != nil || got != want {
+		if got, err := rd.LastSeq(ctx, tenant, ""); err != nil || got != want {
 			t.Fatalf("LastSeq(%s) = %d, %v; want %d", tenant, got, err, want)
 		}
 	}
-	if _, err := rd.LastSeq(ctx, "a.b"); !errors.Is(err, events.ErrInvalidTenant) {
+	if _, err := rd.LastSeq(ctx, "a.b", ""); !errors.Is(err, events.ErrInvalidTenant) {
 		t.Fatalf("LastSeq of an invalid tenant: %v", err)
 	}
 }

@@ -148,8 +148,8 @@ func TestDecoderItemErrors(t *testing.T) {
 		name, item, want string
 	}{
 		{"valid", ev("p", ""), ""},
-		{"unknown field", ev("p", `,"colour":"red"`), `unknown field "colour" (fields are case-sensitive: tenant, product_id, version, op, occurred_at, payload, idempotency_key)`},
-		{"field case", `{"Product_ID":"p","version":1,"op":"delete"}`, `unknown field "Product_ID" (fields are case-sensitive: tenant, product_id, version, op, occurred_at, payload, idempotency_key)`},
+		{"unknown field", ev("p", `,"colour":"red"`), `unknown field "colour" (fields are case-sensitive: tenant, product_id, version, op, occurred_at, payload, idempotency_key, priority)`},
+		{"field case", `{"Product_ID":"p","version":1,"op":"delete"}`, `unknown field "Product_ID" (fields are case-sensitive: tenant, product_id, version, op, occurred_at, payload, idempotency_key, priority)`},
 		{"escaped field name", `{"product\u005fid":"p","version":1,"op":"delete"}`, ""},
 		{"duplicate field", `{"product_id":"p","version":1,"version":2,"op":"delete"}`, "version appears more than once"},
 		{"tenant mismatch", ev("p", `,"tenant":"other"`), `tenant "other" does not match the request's tenant "acme"`},

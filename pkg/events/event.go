@@ -51,6 +51,9 @@ type Event struct {
 	// IdempotencyKey deduplicates publishes inside the stream's duplicate
 	// window. Empty means Key()'s default.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Priority orders the tenant's events for each destination: high,
+	// normal ("" is normal) or bulk. See Priority.
+	Priority Priority `json:"priority,omitempty"`
 }
 
 // Key is the event's idempotency key: IdempotencyKey, or
@@ -118,7 +121,7 @@ func (l Limits) WithDefaults() Limits {
 // Validate checks every rule of the event model against l (zero fields of l
 // mean the defaults) and returns the first problem, checking fields in the
 // order tenant, product_id, version, op, occurred_at, payload,
-// idempotency_key. The error is a *ValidationError, errors.Is
+// idempotency_key, priority. The error is a *ValidationError, errors.Is
 // ErrInvalidEvent.
 func (e *Event) Validate(l Limits) error { return e.validate(l, false) }
 
@@ -165,6 +168,9 @@ func (e *Event) validate(l Limits, jsonChecked bool) error {
 		if err := checkText("idempotency_key", e.IdempotencyKey, l.MaxKeyBytes); err != nil {
 			return err
 		}
+	}
+	if !e.Priority.Valid() {
+		return invalid("priority", "%s is not one of high, normal, bulk", quote(string(e.Priority)))
 	}
 	return nil
 }

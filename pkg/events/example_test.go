@@ -107,5 +107,5 @@ func ExampleDecoder() {
 	// Output:
 	// line 1: ok acme:sku-1:3 delete
 	// line 3: op "upsrt" is not one of upsert, delete
-	// line 4: unknown field "colour" (fields are case-sensitive: tenant, product_id, version, op, occurred_at, payload, idempotency_key)
+	// line 4: unknown field "colour" (fields are case-sensitive: tenant, product_id, version, op, occurred_at, payload, idempotency_key, priority)
 }

@@ -53,7 +53,7 @@ func (e *Event) msg(call callContext, expectStream string) *nats.Msg {
 		h[headerExpectedStream] = []string{expectStream}
 	}
 	return &nats.Msg{
-		Subject: SubjectPrefix + "." + e.Tenant + "." + string(e.Op),
+		Subject: SubjectPrefix + "." + e.Tenant + "." + string(e.Op) + e.Priority.subjectSuffix(),
 		Header:  h,
 		Data:    e.appendJSON(make([]byte, 0, 160+len(e.ProductID)+len(e.Payload)+len(e.IdempotencyKey))),
 	}
@@ -96,6 +96,10 @@ func (e *Event) appendJSON(b []byte) []byte {
 	if e.IdempotencyKey != "" {
 		b = append(b, `,"idempotency_key":`...)
 		b = appendString(b, e.IdempotencyKey)
+	}
+	if e.Priority.Or() != PriorityNormal {
+		b = append(b, `,"priority":`...)
+		b = appendString(b, string(e.Priority))
 	}
 	return append(b, '}')
 }

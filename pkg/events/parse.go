@@ -10,7 +10,7 @@ import (
 )
 
 // fieldNames lists the event fields, in the order error messages give them.
-const fieldNames = "tenant, product_id, version, op, occurred_at, payload, idempotency_key"
+const fieldNames = "tenant, product_id, version, op, occurred_at, payload, idempotency_key, priority"
 
 // Bits of parsed.seen.
 const (
@@ -21,6 +21,7 @@ const (
 	seenOccurredAt
 	seenPayload
 	seenKey
+	seenPriority
 )
 
 // parseEvent decodes one event object from raw, which must be valid JSON
@@ -92,6 +93,10 @@ func parseEvent(raw []byte, strict bool) (ev Event, hasOccurredAt bool, err erro
 			}
 		case seenKey:
 			ev.IdempotencyKey, err = stringField(key, val)
+		case seenPriority:
+			var s string
+			s, err = stringField(key, val)
+			ev.Priority = Priority(s)
 		case seenVersion:
 			ev.Version, err = versionField(val)
 		case seenOccurredAt:
@@ -114,6 +119,7 @@ var fields = [...]struct {
 }{
 	{"tenant", seenTenant}, {"product_id", seenProductID}, {"version", seenVersion}, {"op", seenOp},
 	{"occurred_at", seenOccurredAt}, {"payload", seenPayload}, {"idempotency_key", seenKey},
+	{"priority", seenPriority},
 }
 
 // field decodes a field name literal and returns the name and its bit (0:

@@ -304,7 +304,7 @@ func (p *Publisher) checkDuplicateOwners(ctx context.Context, evs []Event, res [
 			r.Err = fmt.Errorf("check the owner of duplicate seq %d: %w", r.Seq, err)
 			continue
 		}
-		if tenant, _, err := ParseSubject(stored.Subject); err == nil && tenant == evs[i].Tenant {
+		if tenant, _, _, err := ParseSubject(stored.Subject); err == nil && tenant == evs[i].Tenant {
 			continue // the tenant's own repeat
 		}
 		m := evs[i].msg(call, p.stream)

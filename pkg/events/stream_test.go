@@ -39,7 +39,7 @@ func TestEnsureStream(t *testing.T) {
 		got, want any
 	}{
 		{"name", cfg.Name, "PRODUCTS"},
-		{"subjects", cfg.Subjects, []string{"products.*.upsert", "products.*.delete"}},
+		{"subjects", cfg.Subjects, []string{"products.*.upsert", "products.*.delete", "products.*.upsert.high", "products.*.delete.high", "products.*.upsert.bulk", "products.*.delete.bulk"}},
 		{"retention", cfg.Retention, jetstream.LimitsPolicy},
 		{"discard", cfg.Discard, jetstream.DiscardOld},
 		{"max age", cfg.MaxAge, 7 * 24 * time.Hour},

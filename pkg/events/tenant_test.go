@@ -87,7 +87,7 @@ func FuzzValidateTenant(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tenant, op, err := ParseSubject(subj)
+		tenant, op, _, err := ParseSubject(subj)
 		if err != nil || tenant != id || op != OpDelete {
 			t.Fatalf("ParseSubject(%q) = %q, %q, %v", subj, tenant, op, err)
 		}
@@ -108,14 +108,35 @@ func TestSubject(t *testing.T) {
 	if _, err := Subject("acme", "upsrt"); err == nil || err.Error() != `op "upsrt" is not one of upsert, delete` {
 		t.Errorf("Subject(acme, upsrt) error = %v", err)
 	}
-	if s, err := TenantSubjects("acme"); err != nil || s != "products.acme.*" {
+	if s, err := TenantSubjects("acme"); err != nil || s != "products.acme.>" {
 		t.Errorf("TenantSubjects(acme) = %q, %v", s, err)
+	}
+	for p, want := range map[Priority]string{"": "products.acme.*", PriorityNormal: "products.acme.*", PriorityHigh: "products.acme.*.high", PriorityBulk: "products.acme.*.bulk"} {
+		if s, err := PrioritySubjects("acme", p); err != nil || s != want {
+			t.Errorf("PrioritySubjects(acme, %q) = %q, %v; want %q", p, s, err, want)
+		}
+	}
+	if s, err := SubjectFor("acme", OpDelete, PriorityHigh); err != nil || s != "products.acme.delete.high" {
+		t.Errorf("SubjectFor(acme, delete, high) = %q, %v", s, err)
+	}
+	if _, err := SubjectFor("acme", OpUpsert, "urgent"); err == nil {
+		t.Error("SubjectFor(acme, upsert, urgent): no error")
+	}
+	for subj, want := range map[string]Priority{"products.acme.upsert": PriorityNormal, "products.acme.upsert.high": PriorityHigh, "products.acme.delete.bulk": PriorityBulk} {
+		if _, _, p, err := ParseSubject(subj); err != nil || p != want {
+			t.Errorf("ParseSubject(%q) priority %q, %v; want %q", subj, p, err, want)
+		}
+	}
+	for _, bad := range []string{"products.acme.upsert.normal", "products.acme.upsert.urgent", "products.acme.upsert.high.x"} {
+		if _, _, _, err := ParseSubject(bad); err == nil {
+			t.Errorf("ParseSubject(%q): no error", bad)
+		}
 	}
 	if _, err := TenantSubjects(">"); !errors.Is(err, ErrInvalidTenant) {
 		t.Errorf("TenantSubjects(>) error = %v", err)
 	}
 	for _, bad := range []string{"orders.acme.upsert", "products.acme", "products.A.upsert", "products.acme.upsert.x", "products.acme.put"} {
-		if _, _, err := ParseSubject(bad); err == nil {
+		if _, _, _, err := ParseSubject(bad); err == nil {
 			t.Errorf("ParseSubject(%q) = nil error", bad)
 		}
 	}

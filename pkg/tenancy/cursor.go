@@ -8,17 +8,25 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
-// Cursor returns the next stream sequence to dispatch for (tenant, dest):
-// 1 on first sight (the pair is then created with defaults).
+// Cursor returns the next stream sequence of the tenant's normal events
+// to dispatch for (tenant, dest): 1 on first sight (the pair is then
+// created with defaults).
 func (s *Store) Cursor(ctx context.Context, tenant, dest string) (uint64, error) {
+	return s.CursorFor(ctx, tenant, dest, events.PriorityNormal)
+}
+
+// CursorFor is Cursor for the tenant's events of priority p.
+func (s *Store) CursorFor(ctx context.Context, tenant, dest string, p events.Priority) (uint64, error) {
 	if err := validPair(tenant, dest); err != nil {
 		return 0, err
 	}
 	for attempt := 0; ; attempt++ {
 		var next int64
-		err := s.pool.QueryRow(ctx, `SELECT next_seq FROM fairway.cursors WHERE tenant = $1 AND dest = $2`, tenant, dest).Scan(&next)
+		err := s.pool.QueryRow(ctx, `SELECT `+laneCursorSQL("$3::int")+` FROM fairway.cursors WHERE tenant = $1 AND dest = $2`, tenant, dest, p.Rank()).Scan(&next)
 		switch {
 		case err == nil:
 			return uint64(next), nil
@@ -31,8 +39,8 @@ func (s *Store) Cursor(ctx context.Context, tenant, dest string) (uint64, error)
 	}
 }
 
-// SetCursor moves the cursor of (tenant, dest) to next (≥ 1), for replay.
-// Batches already dispatched are unaffected.
+// SetCursor moves the cursors of (tenant, dest), of its events of every
+// priority, to next (≥ 1). Batches already dispatched are unaffected.
 func (s *Store) SetCursor(ctx context.Context, tenant, dest string, next uint64) error {
 	if err := validPair(tenant, dest); err != nil {
 		return err
@@ -41,7 +49,7 @@ func (s *Store) SetCursor(ctx context.Context, tenant, dest string, next uint64)
 		return fmt.Errorf("set cursor %s/%s: %w: sequence %d", tenant, dest, ErrInvalidArgument, next)
 	}
 	for attempt := 0; ; attempt++ {
-		tag, err := s.pool.Exec(ctx, `UPDATE fairway.cursors SET next_seq = $3 WHERE tenant = $1 AND dest = $2`, tenant, dest, int64(next))
+		tag, err := s.pool.Exec(ctx, `UPDATE fairway.cursors SET next_seq = $3, high_next = $3, bulk_next = $3 WHERE tenant = $1 AND dest = $2`, tenant, dest, int64(next))
 		if err != nil {
 			return fmt.Errorf("set cursor %s/%s: %w", tenant, dest, err)
 		}
@@ -74,15 +82,25 @@ type Range struct{ From, To uint64 }
 // So a dispatcher that finds no free slot changes nothing (not even the
 // cursor), and one that loses the cursor race takes no slot.
 var dispatchSQL = dispatchStatement(candidateSQL, "", `
-	UPDATE fairway.cursors SET next_seq = (SELECT max(t) FROM m) + 1
-	WHERE tenant = $1 AND dest = $2 AND next_seq = $7::bigint AND EXISTS (SELECT 1 FROM m)
+	UPDATE fairway.cursors SET
+		high_next = CASE WHEN $8::int = 0 THEN (SELECT max(t) FROM m) + 1 ELSE high_next END,
+		next_seq  = CASE WHEN $8::int = 1 THEN (SELECT max(t) FROM m) + 1 ELSE next_seq END,
+		bulk_next = CASE WHEN $8::int = 2 THEN (SELECT max(t) FROM m) + 1 ELSE bulk_next END
+	WHERE tenant = $1 AND dest = $2 AND `+laneCursorSQL("$8::int")+` = $7::bigint AND EXISTS (SELECT 1 FROM m)
 	RETURNING 1`)
+
+// laneCursorSQL is the cursor column of the priority ranked rank (0 high,
+// 1 normal, 2 bulk: events.Priority.Rank) in fairway.cursors.
+func laneCursorSQL(rank string) string {
+	return `(CASE ` + rank + ` WHEN 0 THEN high_next WHEN 2 THEN bulk_next ELSE next_seq END)`
+}
 
 // dispatchStatement is the shape of a lane's dispatch statement
 // (dispatchSQL, dispatchReplaySQL): candidates says which slots the lane
 // may take (a format of tenant, dest and how many), order how they are
 // paired with the ranges, and cur how the lane's cursor moves (an UPDATE
-// that returns a row when it did).
+// that returns a row when it did). $8 is the rank of the priority of the
+// batches' events, which their leases record (-1: every priority).
 func dispatchStatement(candidates, order, cur string) string {
 	return `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidates, "$1", "$2", "cardinality($5::bigint[])") + `
 ), cn AS (SELECT slot_no, row_number() OVER (ORDER BY slot_no ` + order + `) AS rn FROM c
@@ -90,7 +108,7 @@ func dispatchStatement(candidates, order, cur string) string {
 ), m AS (SELECT cn.slot_no, r.f, r.t FROM cn JOIN r ON r.rn = cn.rn
 ), cur AS (` + cur + `
 ), u AS (
-	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = m.f, to_seq = m.t
+	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4", "NULLIF($8::int, -1)::smallint") + `, holder = $3, from_seq = m.f, to_seq = m.t
 	FROM m WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = m.slot_no AND EXISTS (SELECT 1 FROM cur)
 	RETURNING s.slot_no, s.epoch, s.expires_at, s.from_seq, s.to_seq
 ), b AS (
@@ -130,16 +148,29 @@ const DispatchManyMax = 64
 // cursor past the last range that got a slot. The leases come back in range
 // order; fewer leases than ranges means the tenant reached its limit. With
 // no free slot it returns ErrAtLimit (or ErrPaused) and changes nothing;
-// with the cursor elsewhere, ErrCursorMoved and no slot is taken.
+// with the cursor elsewhere, ErrCursorMoved and no slot is taken. The
+// batches hold the tenant's normal events (DispatchPriority).
 func (s *Store) DispatchMany(ctx context.Context, tenant, dest, holder string, expectFrom uint64, ranges []Range) ([]Lease, error) {
+	return s.DispatchPriority(ctx, tenant, dest, events.PriorityNormal, holder, expectFrom, ranges)
+}
+
+// DispatchPriority is DispatchMany for the tenant's events of priority p,
+// from that priority's cursor (PairState.NextFor): the ranges hold only
+// events of p, and their leases record it, so that a batch read again (an
+// orphan) is read for p alone. The slots are the pair's, whatever the
+// priority.
+func (s *Store) DispatchPriority(ctx context.Context, tenant, dest string, p events.Priority, holder string, expectFrom uint64, ranges []Range) ([]Lease, error) {
 	if err := validPair(tenant, dest); err != nil {
 		return nil, err
+	}
+	if !p.Valid() {
+		return nil, fmt.Errorf("dispatch %s/%s: %w: priority %q", tenant, dest, ErrInvalidArgument, p)
 	}
 	if err := validRanges(expectFrom, ranges); err != nil {
 		return nil, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, err)
 	}
 	for attempt := 0; ; attempt++ {
-		r, ok := s.dispatches.do(ctx, dispatchArgs{tenant, dest, holder, expectFrom, ranges})
+		r, ok := s.dispatches.do(ctx, dispatchArgs{tenant, dest, holder, expectFrom, ranges, p.Rank()})
 		if !ok {
 			return nil, fmt.Errorf("dispatch %s/%s: %w", tenant, dest, ctx.Err())
 		}
@@ -172,11 +203,14 @@ func validRanges(expectFrom uint64, ranges []Range) error {
 	return nil
 }
 
-// dispatchArgs are one DispatchMany call's arguments.
+// dispatchArgs are one DispatchMany call's arguments; rank is the rank of
+// the batches' priority (events.Priority.Rank; -1: every priority, a
+// replay's).
 type dispatchArgs struct {
 	tenant, dest, holder string
 	expectFrom           uint64
 	ranges               []Range
+	rank                 int
 }
 
 // dispatchResult is its outcome. A nil status with a non-nil error means
@@ -287,7 +321,7 @@ func (s *Store) dispatchWith(ctx context.Context, query string, a dispatchArgs) 
 	fail := func(err error) dispatchResult {
 		return dispatchResult{status: &status0, err: fmt.Errorf("dispatch %s/%s: %w", a.tenant, a.dest, err)}
 	}
-	rows, err := s.pool.Query(ctx, query, a.tenant, a.dest, a.holder, s.ttlUS, froms, tos, int64(a.expectFrom))
+	rows, err := s.pool.Query(ctx, query, a.tenant, a.dest, a.holder, s.ttlUS, froms, tos, int64(a.expectFrom), a.rank)
 	if err != nil {
 		return fail(err)
 	}
@@ -316,19 +350,23 @@ func (s *Store) dispatchWith(ctx context.Context, query string, a dispatchArgs) 
 // ranges, its cursor moves only if it still equals its $4 and a slot was
 // locked, and only then are its slots taken and its batches logged.
 var dispatchGroupSQL = `WITH q AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::int[]) WITH ORDINALITY AS q(tenant, dest, holder, expect, n, pi)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::int[], $11::int[]) WITH ORDINALITY AS q(tenant, dest, holder, expect, n, rank, pi)
 ), c AS (
 	SELECT q.pi, k.slot_no FROM q CROSS JOIN LATERAL (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "q.tenant", "q.dest", "q.n") + `) k
 ), cn AS (SELECT pi, slot_no, row_number() OVER (PARTITION BY pi ORDER BY slot_no) AS rn FROM c
 ), r AS (SELECT * FROM unnest($6::int[], $7::bigint[], $8::bigint[], $9::int[]) AS r(pi, f, t, rn)
 ), m AS (SELECT cn.pi, cn.slot_no, r.f, r.t FROM cn JOIN r ON r.pi = cn.pi AND r.rn = cn.rn
 ), cur AS (
-	UPDATE fairway.cursors cu SET next_seq = mm.last + 1
+	UPDATE fairway.cursors cu SET
+		high_next = CASE WHEN q.rank = 0 THEN mm.last + 1 ELSE cu.high_next END,
+		next_seq  = CASE WHEN q.rank = 1 THEN mm.last + 1 ELSE cu.next_seq END,
+		bulk_next = CASE WHEN q.rank = 2 THEN mm.last + 1 ELSE cu.bulk_next END
 	FROM (SELECT pi, max(t) AS last FROM m GROUP BY pi) mm JOIN q ON q.pi = mm.pi
-	WHERE cu.tenant = q.tenant AND cu.dest = q.dest AND cu.next_seq = q.expect
+	WHERE cu.tenant = q.tenant AND cu.dest = q.dest
+	  AND (CASE q.rank WHEN 0 THEN cu.high_next WHEN 2 THEN cu.bulk_next ELSE cu.next_seq END) = q.expect
 	RETURNING mm.pi
 ), u AS (
-	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$10") + `, holder = q.holder, from_seq = m.f, to_seq = m.t
+	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$10", "q.rank::smallint") + `, holder = q.holder, from_seq = m.f, to_seq = m.t
 	FROM m JOIN q ON q.pi = m.pi JOIN cur ON cur.pi = m.pi
 	WHERE s.tenant = q.tenant AND s.dest = q.dest AND s.slot_no = m.slot_no
 	RETURNING m.pi, s.slot_no, s.epoch, s.expires_at, s.from_seq, s.to_seq
@@ -348,12 +386,12 @@ func (s *Store) dispatchGroup(ctx context.Context, args []dispatchArgs) ([]dispa
 	var (
 		ts, ds, hs = make([]string, len(args)), make([]string, len(args)), make([]string, len(args))
 		expects    = make([]int64, len(args))
-		ns         = make([]int32, len(args))
+		ns, ranks  = make([]int32, len(args)), make([]int32, len(args))
 		rpi, rn    []int32
 		froms, tos []int64
 	)
 	for i, a := range args {
-		ts[i], ds[i], hs[i], expects[i], ns[i] = a.tenant, a.dest, a.holder, int64(a.expectFrom), int32(len(a.ranges))
+		ts[i], ds[i], hs[i], expects[i], ns[i], ranks[i] = a.tenant, a.dest, a.holder, int64(a.expectFrom), int32(len(a.ranges)), int32(a.rank)
 		for j, r := range a.ranges {
 			rpi, rn = append(rpi, int32(i+1)), append(rn, int32(j+1))
 			froms, tos = append(froms, int64(r.From)), append(tos, int64(r.To))
@@ -366,7 +404,7 @@ func (s *Store) dispatchGroup(ctx context.Context, args []dispatchArgs) ([]dispa
 	// transaction.
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
-	b.Queue(dispatchGroupSQL, ts, ds, hs, expects, ns, rpi, froms, tos, rn, s.ttlUS)
+	b.Queue(dispatchGroupSQL, ts, ds, hs, expects, ns, rpi, froms, tos, rn, s.ttlUS, ranks)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {

@@ -13,14 +13,19 @@
 //	limits(tenant, dest, max_slots, weight, changed_at, paused,
 //	       stream_reset_at, stream_reset_detail)          PK (tenant, dest)
 //	slots(tenant, dest, slot_no, epoch, holder, acquired_at, expires_at,
-//	      from_seq, to_seq,
-//	      wait_kind, wait_detail, wait_epoch, wait_since)   PK (tenant, dest, slot_no)
-//	cursors(tenant, dest, next_seq, replay_next, replay_until,
-//	        replay_rate, replay_slots)                     PK (tenant, dest); replay_*: 00011, 00021
+//	      from_seq, to_seq, priority,
+//	      wait_kind, wait_detail, wait_epoch, wait_since)   PK (tenant, dest, slot_no); priority: 00022
+//	cursors(tenant, dest, next_seq, high_next, bulk_next, replay_next,
+//	        replay_until, replay_rate, replay_slots)       PK (tenant, dest); replay_*: 00011, 00021; high_, bulk_next: 00022
 //	batches(id, tenant, dest, from_seq, to_seq, slot_no, epoch, holder, created_at)
 //	streams(name, created_at)                               PK name; 00016
 //	quotas(tenant, events_per_sec, events_burst, bytes_per_sec, bytes_burst,
 //	       max_backlog, events_tat, bytes_tat, changed_at)  PK tenant; 00017
+//
+// A pair has a cursor per priority of the tenant's events (next_seq for
+// normal ones, high_next, bulk_next: DispatchPriority), and a lease
+// records the priority of its batch (NULL: every event of the tenant in
+// its range), which its orphan keeps.
 //
 // stream_reset_at (00016) holds a pair whose cursor does not belong to the
 // stream (CheckStream): no slot of it is handed out (ErrStreamReset) until

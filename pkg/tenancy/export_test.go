@@ -21,7 +21,7 @@ func (s *Store) QueuedDispatches() int {
 type DispatchCall = dispatchArgs
 
 func NewDispatchCall(tenant, dest, holder string, from uint64, ranges []Range) DispatchCall {
-	return dispatchArgs{tenant: tenant, dest: dest, holder: holder, expectFrom: from, ranges: ranges}
+	return dispatchArgs{tenant: tenant, dest: dest, holder: holder, expectFrom: from, ranges: ranges, rank: 1}
 }
 
 // DispatchStatement runs calls in one statement of their own, bypassing

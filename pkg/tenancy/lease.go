@@ -97,7 +97,7 @@ const candidateSQL = `
 // that the row is free; it already holds the row lock from the candidate
 // CTE, so the re-check sees the newest row version.
 const takeSetSQL = `epoch = s.epoch + 1, acquired_at = now(),
-	expires_at = now() + %s::bigint * interval '1 microsecond'`
+	expires_at = now() + %s::bigint * interval '1 microsecond', priority = %s`
 
 const freeSQL = `(s.expires_at IS NULL OR s.expires_at < now())`
 
@@ -116,7 +116,7 @@ const statusSQL = `(SELECT ` + statusCaseSQL + `
 // batch the lease records (NULL: none; AcquireBatch).
 var acquireSQL = `WITH c AS (SELECT s.slot_no ` + fmt.Sprintf(candidateSQL, "$1", "$2", "1") + `
 ), u AS (
-	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4") + `, holder = $3, from_seq = $5::bigint, to_seq = $6::bigint
+	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$4", "NULL") + `, holder = $3, from_seq = $5::bigint, to_seq = $6::bigint
 	FROM c WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = c.slot_no AND ` + freeSQL + `
 	RETURNING s.slot_no, s.epoch, s.expires_at
 )
@@ -199,7 +199,7 @@ var acquireManySQL = `WITH req AS (
 	SELECT req.ord, req.holder, x.tenant, x.dest, x.slot_no
 	FROM req CROSS JOIN LATERAL (SELECT s.tenant, s.dest, s.slot_no ` + fmt.Sprintf(candidateSQL, "req.tenant", "req.dest", "req.n") + `) x
 ), u AS (
-	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$5") + `, holder = c.holder, from_seq = NULL, to_seq = NULL
+	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$5", "NULL") + `, holder = c.holder, from_seq = NULL, to_seq = NULL
 	FROM c WHERE s.tenant = c.tenant AND s.dest = c.dest AND s.slot_no = c.slot_no AND ` + freeSQL + `
 	RETURNING c.ord, s.slot_no, s.epoch, s.expires_at
 )

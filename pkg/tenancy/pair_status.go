@@ -23,8 +23,10 @@ type PairStatus struct {
 	// InUse counts the pair's live batches held, ReplayInUse its replay's
 	// (the replay lane's slots, ReplaySlots of them).
 	InUse, ReplayInUse, ReplaySlots int
-	// NextSeq is the next PRODUCTS sequence to dispatch (1 before any).
-	NextSeq uint64
+	// NextSeq is the next PRODUCTS sequence of the tenant's normal events
+	// to dispatch (1 before any); HighNext and BulkNext those of its high
+	// and bulk ones.
+	NextSeq, HighNext, BulkNext uint64
 	// ReplayNext, when not 0 and below ReplayUntil, says the pair is
 	// replaying (Rewind): its replay lane dispatches ReplayNext next and
 	// ends before ReplayUntil (PairState).
@@ -46,6 +48,11 @@ type PairStatus struct {
 	Rate int
 }
 
+// NextFor is the cursor of the tenant's events of priority pr.
+func (p PairStatus) NextFor(pr events.Priority) uint64 {
+	return PairState{NextSeq: p.NextSeq, HighNext: p.HighNext, BulkNext: p.BulkNext}.NextFor(pr)
+}
+
 // Replaying says whether the pair's replay lane has events to dispatch.
 func (p PairStatus) Replaying() bool { return p.ReplayNext != 0 && p.ReplayNext < p.ReplayUntil }
 
@@ -62,7 +69,7 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 		SELECT l.tenant, l.dest, l.max_slots, COALESCE(NULLIF(l.weight, 0), t.weight), t.paused OR l.paused,
 		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now() AND s.slot_no >= 0),
 		       (SELECT count(*) FROM fairway.slots s WHERE s.tenant = l.tenant AND s.dest = l.dest AND s.expires_at >= now() AND s.slot_no < 0),
-		       COALESCE(c.replay_slots, 1), COALESCE(c.next_seq, 1), COALESCE(c.replay_next, 0), COALESCE(c.replay_until, 0), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since,
+		       COALESCE(c.replay_slots, 1), COALESCE(c.next_seq, 1), COALESCE(c.high_next, 1), COALESCE(c.bulk_next, 1), COALESCE(c.replay_next, 0), COALESCE(c.replay_until, 0), COALESCE(w.wait_kind, ''), COALESCE(w.wait_detail, ''), w.wait_since,
 		       CASE WHEN l.stream_reset_at IS NULL THEN '' ELSE COALESCE(l.stream_reset_detail, 'stream reset') END, l.stream_reset_at,
 		       l.events_per_sec
 		FROM fairway.limits l
@@ -80,11 +87,12 @@ func (s *Store) PairStatuses(ctx context.Context, tenant string) ([]PairStatus, 
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairStatus, error) {
 		var p PairStatus
-		var next, rnext, until int64
+		var next, high, bulk, rnext, until int64
 		var since, resetSince *time.Time
-		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &p.ReplayInUse, &p.ReplaySlots, &next, &rnext, &until, &p.Wait, &p.WaitDetail, &since,
+		err := r.Scan(&p.Tenant, &p.Dest, &p.MaxSlots, &p.Weight, &p.Paused, &p.InUse, &p.ReplayInUse, &p.ReplaySlots, &next, &high, &bulk, &rnext, &until, &p.Wait, &p.WaitDetail, &since,
 			&p.StreamReset, &resetSince, &p.Rate)
-		p.NextSeq, p.ReplayNext, p.ReplayUntil = uint64(next), uint64(rnext), uint64(until)
+		p.NextSeq, p.HighNext, p.BulkNext = uint64(next), uint64(high), uint64(bulk)
+		p.ReplayNext, p.ReplayUntil = uint64(rnext), uint64(until)
 		if since != nil {
 			p.WaitSince = *since
 		}

@@ -291,21 +291,21 @@ func secs(s float64) time.Duration {
 	return time.Duration(math.Ceil(s * float64(time.Second)))
 }
 
-// FirstUndispatched returns the first PRODUCTS sequence that some
-// destination of tenant has not dispatched yet: the lowest, over the
-// tenant's destinations, of its cursor (a replay runs in a lane of its own
-// over a range dispatched once already: it does not count), or 1 when no
-// destination has seen the tenant. The tenant's events from there on are
+// FirstUndispatched returns, per priority, the first PRODUCTS sequence
+// that some destination of tenant has not dispatched yet: the lowest,
+// over the tenant's destinations, of that priority's cursor (a replay runs
+// in a lane of its own and does not count), or 1 when no destination has
+// seen the tenant. The tenant's events of each priority from there on are
 // its backlog for its slowest destination. One indexed read.
-func (s *Store) FirstUndispatched(ctx context.Context, tenant string) (uint64, error) {
+func (s *Store) FirstUndispatched(ctx context.Context, tenant string) (map[events.Priority]uint64, error) {
 	if err := events.ValidateTenant(tenant); err != nil {
-		return 0, err
+		return nil, err
 	}
-	var seq int64
-	err := s.pool.QueryRow(ctx, `SELECT COALESCE(min(next_seq), 1)
-		FROM fairway.cursors WHERE tenant = $1`, tenant).Scan(&seq)
+	var high, normal, bulk int64
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(min(high_next), 1), COALESCE(min(next_seq), 1), COALESCE(min(bulk_next), 1)
+		FROM fairway.cursors WHERE tenant = $1`, tenant).Scan(&high, &normal, &bulk)
 	if err != nil {
-		return 0, fmt.Errorf("first undispatched of %s: %w", tenant, err)
+		return nil, fmt.Errorf("first undispatched of %s: %w", tenant, err)
 	}
-	return uint64(seq), nil
+	return map[events.Priority]uint64{events.PriorityHigh: uint64(high), events.PriorityNormal: uint64(normal), events.PriorityBulk: uint64(bulk)}, nil
 }

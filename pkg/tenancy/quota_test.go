@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -180,8 +181,8 @@ func TestFirstUndispatchedIsTheSlowestDestinationsHighWater(t *testing.T) {
 	if _, _, err := st.CreateTenant(ctx, "acme", ""); err != nil {
 		t.Fatal(err)
 	}
-	if seq, err := st.FirstUndispatched(ctx, "acme"); err != nil || seq != 1 {
-		t.Fatalf("no destination yet: %d %v, want 1", seq, err)
+	if seq, err := st.FirstUndispatched(ctx, "acme"); err != nil || seq[events.PriorityNormal] != 1 || seq[events.PriorityHigh] != 1 || seq[events.PriorityBulk] != 1 {
+		t.Fatalf("no destination yet: %v %v, want 1 for every priority", seq, err)
 	}
 	if err := st.SetCursor(ctx, "acme", "postgres", 40); err != nil {
 		t.Fatal(err)
@@ -189,14 +190,14 @@ func TestFirstUndispatchedIsTheSlowestDestinationsHighWater(t *testing.T) {
 	if err := st.SetCursor(ctx, "acme", "clickhouse", 25); err != nil {
 		t.Fatal(err)
 	}
-	if seq, err := st.FirstUndispatched(ctx, "acme"); err != nil || seq != 25 {
-		t.Fatalf("two destinations: %d %v, want the slower one's 25", seq, err)
+	if seq, err := st.FirstUndispatched(ctx, "acme"); err != nil || seq[events.PriorityNormal] != 25 {
+		t.Fatalf("two destinations: %v %v, want the slower one's 25", seq, err)
 	}
 	// A replay rewinds clickhouse to 3: those events were dispatched once.
 	if _, err := st.Rewind(ctx, tenancy.Rewind{Tenant: "acme", Dest: "clickhouse", From: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if seq, err := st.FirstUndispatched(ctx, "acme"); err != nil || seq != 25 {
-		t.Fatalf("during a replay: %d %v, want 25", seq, err)
+	if seq, err := st.FirstUndispatched(ctx, "acme"); err != nil || seq[events.PriorityNormal] != 25 {
+		t.Fatalf("during a replay: %v %v, want 25", seq, err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // Orphan is a dispatched batch whose lease ended without its holder
@@ -31,6 +33,9 @@ type Orphan struct {
 	// Holder held the lease that ended.
 	Holder     string
 	OrphanedAt time.Time
+	// Priority is the priority of the batch's events; "" when it holds
+	// every event of the tenant in its range (a replay's, a redrive's).
+	Priority events.Priority
 }
 
 // Orphans lists up to limit orphaned batches of dest, oldest first. Expired
@@ -43,7 +48,7 @@ func (s *Store) Orphans(ctx context.Context, dest string, limit int) ([]Orphan, 
 	if limit < 1 {
 		limit = 100
 	}
-	rows, err := s.pool.Query(ctx, `SELECT tenant, dest, slot_no, epoch, from_seq, to_seq, holder, orphaned_at
+	rows, err := s.pool.Query(ctx, `SELECT tenant, dest, slot_no, epoch, from_seq, to_seq, holder, orphaned_at, priority
 		FROM fairway.orphans WHERE dest = $1 ORDER BY orphaned_at, tenant, slot_no LIMIT $2`, dest, limit)
 	if err != nil {
 		return nil, fmt.Errorf("orphans of %s: %w", dest, err)
@@ -52,9 +57,13 @@ func (s *Store) Orphans(ctx context.Context, dest string, limit int) ([]Orphan, 
 		var (
 			o        Orphan
 			from, to int64
+			rank     *int16
 		)
-		err := r.Scan(&o.Tenant, &o.Dest, &o.Slot, &o.Token, &from, &to, &o.Holder, &o.OrphanedAt)
+		err := r.Scan(&o.Tenant, &o.Dest, &o.Slot, &o.Token, &from, &to, &o.Holder, &o.OrphanedAt, &rank)
 		o.FromSeq, o.ToSeq = uint64(from), uint64(to)
+		if rank != nil {
+			o.Priority = events.Priorities[*rank]
+		}
 		return o, err
 	})
 	if err != nil {
@@ -78,10 +87,10 @@ func redispatchStatement(candidates string) string {
 	return `WITH o AS (
 	DELETE FROM fairway.orphans
 	WHERE tenant = $1 AND dest = $2 AND slot_no = $3 AND epoch = $4
-	RETURNING from_seq, to_seq
+	RETURNING from_seq, to_seq, priority
 ), c AS (SELECT s.slot_no ` + fmt.Sprintf(candidates, "$1", "$2", "1") + `
 ), u AS (
-	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$6") + `, holder = $5, from_seq = o.from_seq, to_seq = o.to_seq
+	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$6", "o.priority") + `, holder = $5, from_seq = o.from_seq, to_seq = o.to_seq
 	FROM c, o WHERE s.tenant = $1 AND s.dest = $2 AND s.slot_no = c.slot_no AND ` + freeSQL + `
 	RETURNING s.slot_no, s.epoch, s.expires_at, s.from_seq, s.to_seq
 ), b AS (
@@ -179,10 +188,10 @@ func (s *Store) ReturnBatches(ctx context.Context, leases []Lease) (int, error) 
 			UPDATE fairway.slots s SET expires_at = NULL, holder = NULL FROM x
 			WHERE s.tenant = x.t AND s.dest = x.d AND s.slot_no = x.n AND s.epoch = x.e
 			  AND s.expires_at IS NOT NULL AND s.from_seq IS NOT NULL
-			RETURNING s.tenant, s.dest, s.slot_no, s.epoch, s.from_seq, s.to_seq, x.h
+			RETURNING s.tenant, s.dest, s.slot_no, s.epoch, s.from_seq, s.to_seq, s.priority, x.h
 		), o AS (
-			INSERT INTO fairway.orphans (tenant, dest, slot_no, epoch, from_seq, to_seq, holder)
-			SELECT tenant, dest, slot_no, epoch, from_seq, to_seq, coalesce(h, '') FROM r
+			INSERT INTO fairway.orphans (tenant, dest, slot_no, epoch, from_seq, to_seq, holder, priority)
+			SELECT tenant, dest, slot_no, epoch, from_seq, to_seq, coalesce(h, ''), priority FROM r
 			ON CONFLICT DO NOTHING
 		), n AS (`+notifyFreedSQL+`
 		) SELECT (SELECT count(*) FROM r) + 0 * (SELECT count(*) FROM n)`, ts, ds, ns, es, hs).Scan(&n)
@@ -196,9 +205,11 @@ func (s *Store) ReturnBatches(ctx context.Context, leases []Lease) (int, error) 
 // its cursor and its effective weight (the destination's weight override,
 // else the tenant's weight).
 type PairState struct {
-	Tenant  string
-	NextSeq uint64
-	Weight  int
+	Tenant string
+	// NextSeq is the cursor of the tenant's normal events; HighNext and
+	// BulkNext those of its high and bulk ones (NextFor).
+	NextSeq, HighNext, BulkNext uint64
+	Weight                      int
 	// ReplayNext, when not 0 and below ReplayUntil, says the pair is
 	// replaying (Rewind) in its replay lane: ReplayNext is the next
 	// sequence the replay dispatches, ReplayUntil (exclusive) where it
@@ -209,6 +220,17 @@ type PairState struct {
 	// Rate caps the events per second dispatched for the pair (SetDestRate;
 	// 0: no cap).
 	Rate int
+}
+
+// NextFor is the cursor of the tenant's events of priority p.
+func (p PairState) NextFor(pr events.Priority) uint64 {
+	switch pr {
+	case events.PriorityHigh:
+		return p.HighNext
+	case events.PriorityBulk:
+		return p.BulkNext
+	}
+	return p.NextSeq
 }
 
 // Replaying says whether the pair's replay lane has events to dispatch.
@@ -240,7 +262,7 @@ func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairStat
 	if err := ValidDest(dest); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT l.tenant, c.next_seq, CASE WHEN l.weight > 0 THEN l.weight ELSE t.weight END,
+	rows, err := s.pool.Query(ctx, `SELECT l.tenant, c.next_seq, c.high_next, c.bulk_next, CASE WHEN l.weight > 0 THEN l.weight ELSE t.weight END,
 			COALESCE(c.replay_next, 0), COALESCE(c.replay_until, 0), CASE WHEN c.replay_rate = 0 THEN -1 ELSE COALESCE(c.replay_rate, 0) END,
 			l.events_per_sec
 		FROM fairway.limits l
@@ -252,11 +274,13 @@ func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairStat
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PairState, error) {
 		var (
-			p                  PairState
-			next, rnext, until int64
+			p                PairState
+			next, high, bulk int64
+			rnext, until     int64
 		)
-		err := r.Scan(&p.Tenant, &next, &p.Weight, &rnext, &until, &p.ReplayRate, &p.Rate)
-		p.NextSeq, p.ReplayNext, p.ReplayUntil = uint64(next), uint64(rnext), uint64(until)
+		err := r.Scan(&p.Tenant, &next, &high, &bulk, &p.Weight, &rnext, &until, &p.ReplayRate, &p.Rate)
+		p.NextSeq, p.HighNext, p.BulkNext = uint64(next), uint64(high), uint64(bulk)
+		p.ReplayNext, p.ReplayUntil = uint64(rnext), uint64(until)
 		return p, err
 	})
 	if err != nil {

@@ -58,7 +58,7 @@ func (s *Store) DispatchReplay(ctx context.Context, tenant, dest, holder string,
 	if err := validRanges(expectFrom, ranges); err != nil {
 		return nil, fmt.Errorf("dispatch replay %s/%s: %w", tenant, dest, err)
 	}
-	r := s.dispatchWith(ctx, dispatchReplaySQL, dispatchArgs{tenant, dest, holder, expectFrom, ranges})
+	r := s.dispatchWith(ctx, dispatchReplaySQL, dispatchArgs{tenant, dest, holder, expectFrom, ranges, -1})
 	return r.leases, r.err
 }
 

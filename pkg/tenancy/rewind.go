@@ -92,9 +92,9 @@ func (s *Store) Rewind(ctx context.Context, r Rewind) (cursor uint64, err error)
 // cursor, makes sure the lane's slot rows exist, and notifies.
 const rewindSQL = `
 WITH o AS (
-	SELECT next_seq AS old, CASE WHEN $4::bigint = 0 THEN next_seq ELSE LEAST($4::bigint + 1, next_seq) END AS until,
-		COALESCE(replay_next < replay_until, false) AS running, replay_next, replay_until
-	FROM fairway.cursors WHERE tenant = $1 AND dest = $2 FOR UPDATE
+	SELECT old, CASE WHEN $4::bigint = 0 THEN old ELSE LEAST($4::bigint + 1, old) END AS until, running, replay_next, replay_until
+	FROM (SELECT GREATEST(next_seq, high_next, bulk_next) AS old, COALESCE(replay_next < replay_until, false) AS running, replay_next, replay_until
+		FROM fairway.cursors WHERE tenant = $1 AND dest = $2 FOR UPDATE) c
 ), u AS (
 	UPDATE fairway.cursors c SET
 		replay_next  = CASE WHEN o.running THEN LEAST(o.replay_next, $3) ELSE $3 END,

@@ -255,7 +255,7 @@ func (s *Store) ResetCursors(ctx context.Context, read func(context.Context) (St
 			SELECT c.tenant, c.dest, c.next_seq FROM fairway.cursors c JOIN h ON h.tenant = c.tenant AND h.dest = c.dest
 			FOR UPDATE OF c
 		), c AS (
-			UPDATE fairway.cursors c SET next_seq = $3, replay_next = NULL, replay_until = NULL, replay_rate = NULL
+			UPDATE fairway.cursors c SET next_seq = $3, high_next = $3, bulk_next = $3, replay_next = NULL, replay_until = NULL, replay_rate = NULL
 			FROM o WHERE c.tenant = o.tenant AND c.dest = o.dest
 			RETURNING c.tenant, c.dest, o.next_seq AS old
 		), l AS (

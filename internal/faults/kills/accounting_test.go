@@ -1,6 +1,7 @@
 package kills_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -73,11 +74,11 @@ func (c *cluster) account(ctx context.Context, l *ledger, final bool) *report {
 	r := &report{accepted: len(acc), deadLettered: map[string]int{}, checked: map[string]int{}, lost: map[string]map[key]bool{}}
 	dead := c.deadLetters(ctx, l, r)
 	versions := map[product][]int64{} // accepted versions per product, ascending
-	maxSeq := map[string]uint64{}     // per tenant
+	maxSeq := map[[2]string]uint64{}  // per tenant and priority
 	for k, a := range acc {
 		p := product{k.tenant, k.product}
 		versions[p] = append(versions[p], k.version)
-		maxSeq[k.tenant] = max(maxSeq[k.tenant], a.seq)
+		maxSeq[[2]string{k.tenant, a.prio}] = max(maxSeq[[2]string{k.tenant, a.prio}], a.seq)
 	}
 	for _, vs := range versions {
 		slices.Sort(vs)
@@ -284,36 +285,37 @@ func (c *cluster) checkCoalesced(ctx context.Context, r *report, acc map[key]acc
 }
 
 // checkQuiet checks that nothing is left to do: every cursor past its
-// tenant's last event, every replay through, no live lease, no orphaned
+// tenant's last event of its priority, every replay through, no live lease, no orphaned
 // batch, no pending work.
-func (c *cluster) checkQuiet(ctx context.Context, r *report, maxSeq map[string]uint64) {
+func (c *cluster) checkQuiet(ctx context.Context, r *report, maxSeq map[[2]string]uint64) {
 	var replaying int
 	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM fairway.cursors WHERE replay_next < replay_until`).Scan(&replaying); err != nil {
 		r.problem("cursors: %v", err)
 	} else if replaying > 0 {
 		r.problem("%d replays not through", replaying)
 	}
-	cursors := map[[2]string]uint64{}
-	rows, err := c.pool.Query(ctx, `SELECT tenant, dest, next_seq FROM fairway.cursors`)
+	// The cursor of each priority, by tenant, destination and priority.
+	cursors := map[[3]string]uint64{}
+	rows, err := c.pool.Query(ctx, `SELECT tenant, dest, next_seq, high_next, bulk_next FROM fairway.cursors`)
 	if err != nil {
 		r.problem("cursors: %v", err)
 		return
 	}
 	for rows.Next() {
 		var t, d string
-		var next uint64
-		if err := rows.Scan(&t, &d, &next); err != nil {
+		var next, high, bulk uint64
+		if err := rows.Scan(&t, &d, &next, &high, &bulk); err != nil {
 			r.problem("cursors: %v", err)
 			rows.Close()
 			return
 		}
-		cursors[[2]string{t, d}] = next
+		cursors[[3]string{t, d, ""}], cursors[[3]string{t, d, "high"}], cursors[[3]string{t, d, "bulk"}] = next, high, bulk
 	}
 	rows.Close()
-	for t, last := range maxSeq {
+	for tp, last := range maxSeq {
 		for _, d := range dests {
-			if next := cursors[[2]string{t, d}]; next <= last {
-				r.problem("%s/%s: cursor at %d, the tenant's last event is %d", t, d, next, last)
+			if next := cursors[[3]string{tp[0], d, tp[1]}]; next <= last {
+				r.problem("%s/%s: cursor of its %s events at %d, the last of them is %d", tp[0], d, cmp.Or(tp[1], "normal"), next, last)
 			}
 		}
 	}

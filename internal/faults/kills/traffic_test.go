@@ -15,8 +15,9 @@ import (
 
 // Traffic shape: per tenant, requests of 1–4 events every 100–400 ms over
 // productsPerTenant products, so every product gets several versions; some
-// events are held back and sent after newer versions of their product.
-// The first floodTenants tenants are floods instead: requests of
+// events are held back and sent after newer versions of their product,
+// and a tenth are high and a fifth bulk, so a product's versions are
+// dispatched in different priorities, out of stream order. The first floodTenants tenants are floods instead: requests of
 // floodMin to floodMax events at the same pace, so their backlogs
 // interleave in the stream in long runs, as catalogs imported at once do,
 // and a restarted dispatcher finds them behind its cursors (the backfill,
@@ -28,6 +29,8 @@ const (
 	productsPerTenant = 25
 	deleteShare       = 0.05
 	holdBackShare     = 0.15
+	highShare         = 0.10
+	bulkShare         = 0.20
 	// answerTimeout bounds how long one request is retried until ingest
 	// answers for every event. Ingest is never killed, so only a broken
 	// ingest runs into it.
@@ -40,10 +43,11 @@ type key struct {
 	version         int64
 }
 
-// accepted is what ingest acknowledged for one event.
+// accepted is what ingest acknowledged for one event, and its priority
+// ("": normal).
 type accepted struct {
-	op  string
-	seq uint64
+	op, prio string
+	seq      uint64
 }
 
 // ledger holds every event ingest acknowledged.
@@ -86,6 +90,7 @@ type line struct {
 	Version   int64           `json:"version"`
 	Op        string          `json:"op"`
 	Payload   json.RawMessage `json:"payload,omitempty"`
+	Priority  string          `json:"priority,omitempty"`
 }
 
 type traffic struct {
@@ -136,6 +141,14 @@ func (tr *traffic) tenantLoop(ctx context.Context, tenant string, per [2]int) {
 			p := rng.IntN(productsPerTenant)
 			next[p]++
 			ev := line{ProductID: fmt.Sprintf("p%02d", p), Version: next[p], Op: "upsert"}
+			// Some events of every tenant are urgent, some bulk: a product's
+			// versions then go out in different priorities, out of order.
+			switch f := rng.Float64(); {
+			case f < highShare:
+				ev.Priority = "high"
+			case f < highShare+bulkShare:
+				ev.Priority = "bulk"
+			}
 			if rng.Float64() < deleteShare {
 				ev.Op = "delete"
 			} else {
@@ -208,7 +221,7 @@ func (tr *traffic) post(tenant string, batch []line) bool {
 		}
 		for i, ev := range batch {
 			k := key{tenant, ev.ProductID, ev.Version}
-			tr.ledger.events[k] = accepted{op: ev.Op, seq: res[i].Seq}
+			tr.ledger.events[k] = accepted{op: ev.Op, prio: ev.Priority, seq: res[i].Seq}
 			tr.ledger.bySeq[res[i].Seq] = k
 		}
 		tr.ledger.mu.Unlock()

@@ -215,7 +215,7 @@ func (e *env) bodies(tenant string, from, to uint64) []work.Body {
 	}
 	out := make([]work.Body, len(stored))
 	for i, s := range stored {
-		_, op, err := events.ParseSubject(s.Subject)
+		_, op, _, err := events.ParseSubject(s.Subject)
 		if err != nil {
 			e.t.Fatal(err)
 		}

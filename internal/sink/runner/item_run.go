@@ -163,9 +163,10 @@ func (ir *itemRun) read(stop, ctx context.Context) error {
 }
 
 // carriedStored returns the bodies an item carries as stored events. Each
-// one's subject is the item tenant's subject of the body's op (PRODUCTS
-// binds one subject per op), so decode checks the body against it as
-// against a subject read from PRODUCTS. Their headers are not carried:
+// one's subject is the item tenant's subject of the body's op and the
+// item's priority (PRODUCTS binds one subject per op and priority), so
+// decode checks the body against it as against a subject read from
+// PRODUCTS. Their headers are not carried:
 // fillHeaders reads them when a dead letter or a log line needs them.
 func carriedStored(it work.Item) []work.Stored {
 	subjects := make(map[events.Op]string, 2)
@@ -173,7 +174,7 @@ func carriedStored(it work.Item) []work.Stored {
 	for i, b := range it.Bodies {
 		subj, ok := subjects[b.Op]
 		if !ok {
-			subj, _ = events.Subject(it.Tenant, b.Op) // valid: work.Decode checked the tenant and every op
+			subj, _ = events.SubjectFor(it.Tenant, b.Op, it.Priority) // valid: work.Decode checked the tenant, every op and the priority
 			subjects[b.Op] = subj
 		}
 		out[i] = work.Stored{Seq: b.Seq, Subject: subj, Time: time.UnixMilli(b.StoredMs).UTC(), Data: b.Data}
