@@ -182,16 +182,14 @@ func (x *destination) stateOf(tenant string, p events.Priority) *tenantState {
 // stateRinging is stateOf for the doorbell ringing tenant's event at
 // sequence ringing, which the caller indexes next.
 func (x *destination) stateRinging(tenant string, p events.Priority, ringing uint64) *tenantState {
+	p = p.Or()
 	if x.replay {
-		p = ""
+		p = "" // a replay holds every priority
 	}
 	key := laneKey(tenant, p)
 	ts := x.tenants[key]
 	if ts == nil {
-		ts = &tenantState{tenant: tenant, prio: p.Or(), weight: 1}
-		if x.replay {
-			ts.prio = ""
-		}
+		ts = &tenantState{tenant: tenant, prio: p, weight: 1}
 		// The doorbell and backfill delivered what came before without
 		// this state: its index starts at what they deliver now, unless
 		// they delivered nothing of the tenant's events of p before.

@@ -211,6 +211,9 @@ func (d *Dispatcher) reloadLane(ctx context.Context, x *destination, tenant stri
 			if err != nil {
 				return err
 			}
+			// A priority never seen here is added only with a backlog: a
+			// pair new to this dispatcher (a partner just added) may have
+			// events of it in the stream already.
 			if backlog > 0 || p == events.PriorityNormal || x.knows(tenant, p) {
 				seeded = x.seed(ps, p, backlog, first, dense) && seeded
 			}

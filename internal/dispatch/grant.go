@@ -99,13 +99,6 @@ func (x *destination) cursorOf(ctx context.Context, ts *tenantState) (uint64, er
 	return ps.ReplayNext, nil
 }
 
-// replayEnd is where the tenant's replay ends in a replay lane.
-func (x *destination) replayEnd(ts *tenantState) uint64 {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return ts.replayUntil
-}
-
 // grantEvents is the most events a grant may dispatch: its MaxEvents, and
 // its credit, counted in events here (at least one).
 func grantEvents(g scheduler.Grant) int {
@@ -129,15 +122,11 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant, ts *tenantSta
 		}
 		p.from = c
 	}
-	if x.replay && p.from >= x.replayEnd(ts) {
-		x.finish(p.ts, p.from, 0, 0, p.bells) // the replay is over
-		return nil, false
-	}
 	n := grantEvents(g)
 	var wait time.Duration
 	p.replayUntil, p.lim, wait = x.replayBudget(ts, p.from, &n)
 	if x.replay && p.replayUntil <= p.from {
-		x.finish(p.ts, p.from, 0, 0, p.bells) // the replay ended meanwhile
+		x.finish(p.ts, p.from, 0, 0, p.bells) // the replay is over
 		return nil, false
 	}
 	if wait > 0 {

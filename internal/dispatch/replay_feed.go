@@ -228,7 +228,7 @@ func (f *replayFeed) add(seq uint64, at time.Time, pending uint64) {
 	if pending == 0 {
 		// Nothing of the tenant's after seq in the stream: events stored
 		// from now on come after the stream's last sequence, which is at
-		// least until-1 (the cursor that was rewound had not passed it).
+		// least until-1 (the pair's cursor was there when the replay began).
 		f.covered, f.complete = f.until-1, true
 	}
 }
