@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,7 +27,7 @@ func (s *Store) CursorFor(ctx context.Context, tenant, dest string, p events.Pri
 	}
 	for attempt := 0; ; attempt++ {
 		var next int64
-		err := s.pool.QueryRow(ctx, `SELECT `+laneCursorSQL("$3::int")+` FROM fairway.cursors WHERE tenant = $1 AND dest = $2`, tenant, dest, p.Rank()).Scan(&next)
+		err := s.pool.QueryRow(ctx, `SELECT `+laneCursorSQL("$3::int", "fairway.cursors")+` FROM fairway.cursors WHERE tenant = $1 AND dest = $2`, tenant, dest, p.Rank()).Scan(&next)
 		switch {
 		case err == nil:
 			return uint64(next), nil
@@ -82,17 +83,30 @@ type Range struct{ From, To uint64 }
 // So a dispatcher that finds no free slot changes nothing (not even the
 // cursor), and one that loses the cursor race takes no slot.
 var dispatchSQL = dispatchStatement(candidateSQL, "", `
-	UPDATE fairway.cursors SET
-		high_next = CASE WHEN $8::int = 0 THEN (SELECT max(t) FROM m) + 1 ELSE high_next END,
-		next_seq  = CASE WHEN $8::int = 1 THEN (SELECT max(t) FROM m) + 1 ELSE next_seq END,
-		bulk_next = CASE WHEN $8::int = 2 THEN (SELECT max(t) FROM m) + 1 ELSE bulk_next END
-	WHERE tenant = $1 AND dest = $2 AND `+laneCursorSQL("$8::int")+` = $7::bigint AND EXISTS (SELECT 1 FROM m)
+	UPDATE fairway.cursors SET `+laneMoveSQL("$8::int", "fairway.cursors", "(SELECT max(t) FROM m) + 1")+`
+	WHERE tenant = $1 AND dest = $2 AND `+laneCursorSQL("$8::int", "fairway.cursors")+` = $7::bigint AND EXISTS (SELECT 1 FROM m)
 	RETURNING 1`)
 
-// laneCursorSQL is the cursor column of the priority ranked rank (0 high,
-// 1 normal, 2 bulk: events.Priority.Rank) in fairway.cursors.
-func laneCursorSQL(rank string) string {
-	return `(CASE ` + rank + ` WHEN 0 THEN high_next WHEN 2 THEN bulk_next ELSE next_seq END)`
+// laneColumns are the cursor columns of fairway.cursors by the rank of
+// their priority (events.Priority.Rank: 0 high, 1 normal, 2 bulk).
+var laneColumns = [...]string{"high_next", "next_seq", "bulk_next"}
+
+// laneCursorSQL is the cursor column of table (a name or alias of
+// fairway.cursors) of the priority ranked rank.
+func laneCursorSQL(rank, table string) string {
+	return fmt.Sprintf(`(CASE %[1]s WHEN 0 THEN %[2]s.%[3]s WHEN 2 THEN %[2]s.%[5]s ELSE %[2]s.%[4]s END)`,
+		rank, table, laneColumns[0], laneColumns[1], laneColumns[2])
+}
+
+// laneMoveSQL is the SET list of an UPDATE of table (fairway.cursors) that
+// moves the cursor of the priority ranked rank to value and leaves the
+// others.
+func laneMoveSQL(rank, table, value string) string {
+	set := make([]string, len(laneColumns))
+	for r, col := range laneColumns {
+		set[r] = fmt.Sprintf("%[1]s = CASE WHEN %[2]s = %[3]d THEN %[4]s ELSE %[5]s.%[1]s END", col, rank, r, value, table)
+	}
+	return strings.Join(set, ", ")
 }
 
 // dispatchStatement is the shape of a lane's dispatch statement
@@ -357,13 +371,9 @@ var dispatchGroupSQL = `WITH q AS (
 ), r AS (SELECT * FROM unnest($6::int[], $7::bigint[], $8::bigint[], $9::int[]) AS r(pi, f, t, rn)
 ), m AS (SELECT cn.pi, cn.slot_no, r.f, r.t FROM cn JOIN r ON r.pi = cn.pi AND r.rn = cn.rn
 ), cur AS (
-	UPDATE fairway.cursors cu SET
-		high_next = CASE WHEN q.rank = 0 THEN mm.last + 1 ELSE cu.high_next END,
-		next_seq  = CASE WHEN q.rank = 1 THEN mm.last + 1 ELSE cu.next_seq END,
-		bulk_next = CASE WHEN q.rank = 2 THEN mm.last + 1 ELSE cu.bulk_next END
+	UPDATE fairway.cursors cu SET ` + laneMoveSQL("q.rank", "cu", "mm.last + 1") + `
 	FROM (SELECT pi, max(t) AS last FROM m GROUP BY pi) mm JOIN q ON q.pi = mm.pi
-	WHERE cu.tenant = q.tenant AND cu.dest = q.dest
-	  AND (CASE q.rank WHEN 0 THEN cu.high_next WHEN 2 THEN cu.bulk_next ELSE cu.next_seq END) = q.expect
+	WHERE cu.tenant = q.tenant AND cu.dest = q.dest AND ` + laneCursorSQL("q.rank", "cu") + ` = q.expect
 	RETURNING mm.pi
 ), u AS (
 	UPDATE fairway.slots s SET ` + fmt.Sprintf(takeSetSQL, "$10", "q.rank::smallint") + `, holder = q.holder, from_seq = m.f, to_seq = m.t
