@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/fairwayhq/fairway/internal/migrate"
-	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/sinks/b2b"
 )
 
@@ -14,21 +12,12 @@ import (
 // partners added afterwards get the default, Standard Webhooks.
 func TestExistingPartnersKeepFairwaySigning(t *testing.T) {
 	t.Parallel()
-	pool, dsn := testenv.NewPool(t)
 	ctx := context.Background()
-	if err := migrate.UpTo(ctx, dsn, 13); err != nil {
-		t.Fatal(err)
-	}
 	const secret = "a-raw-secret-of-an-existing-partner"
 	// The row as the registry wrote it before 00014: secret is 0x00 || secret.
-	if _, err := pool.Exec(ctx, `INSERT INTO fairway.tenants (id) VALUES ('acme');
+	pool := migratedWith(t, 13, `INSERT INTO fairway.tenants (id) VALUES ('acme');
 		INSERT INTO fairway.partners (tenant_id, partner, url, secret, timeout_ms, max_request_bytes)
-		VALUES ('acme', 'erp', 'https://erp.example/hook', '\x00'::bytea || convert_to('`+secret+`', 'UTF8'), 10000, 1048576)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
+		VALUES ('acme', 'erp', 'https://erp.example/hook', '\x00'::bytea || convert_to('`+secret+`', 'UTF8'), 10000, 1048576)`)
 	reg, err := b2b.NewRegistry(pool, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/fairwayhq/fairway/internal/migrate"
-	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -14,19 +12,10 @@ import (
 // none is read again from the stream's start.
 func TestPriorityCursorsStartAtThePairs(t *testing.T) {
 	t.Parallel()
-	pool, dsn := testenv.NewPool(t)
 	ctx := context.Background()
-	if err := migrate.UpTo(ctx, dsn, 21); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO fairway.tenants (id) VALUES ('acme');
+	pool := migratedWith(t, 21, `INSERT INTO fairway.tenants (id) VALUES ('acme');
 		INSERT INTO fairway.limits (tenant, dest, max_slots) VALUES ('acme', 'postgres', 1);
-		INSERT INTO fairway.cursors (tenant, dest, next_seq) VALUES ('acme', 'postgres', 500)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
+		INSERT INTO fairway.cursors (tenant, dest, next_seq) VALUES ('acme', 'postgres', 500)`)
 	st, err := tenancy.New(pool, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/fairwayhq/fairway/internal/migrate"
-	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -16,25 +14,16 @@ import (
 // replaying is left alone.
 func TestReplaysUnderWayMoveToTheLane(t *testing.T) {
 	t.Parallel()
-	pool, dsn := testenv.NewPool(t)
 	ctx := context.Background()
-	if err := migrate.UpTo(ctx, dsn, 20); err != nil {
-		t.Fatal(err)
-	}
 	// As Rewind wrote them before 00021: "open" replays 100..999 and has
 	// dispatched up to 149; "bounded" replays 10..50 of a cursor at 500
 	// (stop_after 50, resume_at 500) and is at 30; "idle" is not replaying.
-	if _, err := pool.Exec(ctx, `INSERT INTO fairway.tenants (id) VALUES ('open'), ('bounded'), ('idle');
+	pool := migratedWith(t, 20, `INSERT INTO fairway.tenants (id) VALUES ('open'), ('bounded'), ('idle');
 		INSERT INTO fairway.limits (tenant, dest, max_slots) VALUES ('open', 'postgres', 1), ('bounded', 'postgres', 1), ('idle', 'postgres', 1);
 		INSERT INTO fairway.cursors (tenant, dest, next_seq, replay_until, stop_after, resume_at) VALUES
 			('open', 'postgres', 150, 1000, NULL, NULL),
 			('bounded', 'postgres', 30, 500, 50, 500),
-			('idle', 'postgres', 700, 600, NULL, NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
+			('idle', 'postgres', 700, 600, NULL, NULL)`)
 	st, err := tenancy.New(pool, nil)
 	if err != nil {
 		t.Fatal(err)
