@@ -107,6 +107,10 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	others, err := s.otherPriorities(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rows := make([]Row, 0, len(pairs))
 	for _, p := range pairs {
 		r := Row{Tenant: p.Tenant, Dest: p.Dest, InUse: p.InUse, Limit: p.MaxSlots, Weight: p.Weight,
@@ -134,6 +138,9 @@ func (s *Source) Rows(ctx context.Context, tenant string) ([]Row, error) {
 		var oldest time.Time
 		for _, pr := range events.Priorities {
 			from, only := p.NextFor(pr), pr
+			if pr != events.PriorityNormal && others != nil && !others[p.Tenant+" "+string(pr)] {
+				continue // the stream holds none of the tenant's events of pr
+			}
 			if p.StreamReset != "" {
 				if pr != events.PriorityNormal {
 					continue
@@ -190,6 +197,32 @@ func reason(r Row) string {
 	default:
 		return ReasonDispatching
 	}
+}
+
+// otherPriorities says, as "<tenant> <priority>", which tenants' high and
+// bulk events the stream holds (one stream info request), so that a
+// tenant without any is read once, not once per priority; nil when there
+// is no JetStream to ask (every priority is read).
+func (s *Source) otherPriorities(ctx context.Context) (map[string]bool, error) {
+	if s.JS == nil {
+		return nil, nil
+	}
+	name := s.Reader.Stream()
+	st, err := s.JS.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.SubjectPrefix+".*.*.*"))
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	out := map[string]bool{}
+	for subj := range info.State.Subjects {
+		if tenant, _, p, err := events.ParseSubject(subj); err == nil {
+			out[tenant+" "+string(p)] = true
+		}
+	}
+	return out, nil
 }
 
 // maxAge is stream PRODUCTS' MaxAge (0: none, or no JetStream to ask).

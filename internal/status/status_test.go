@@ -28,6 +28,12 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		evs = append(evs, events.Event{Tenant: tenant, ProductID: fmt.Sprint(i), Version: 1, Op: events.OpUpsert,
 			OccurredAt: time.Now(), Payload: []byte(`{}`)})
 	}
+	// open: one high and one bulk event too, counted from their own
+	// cursors.
+	for _, p := range []events.Priority{events.PriorityHigh, events.PriorityBulk} {
+		evs = append(evs, events.Event{Tenant: "open", ProductID: "o-" + string(p), Version: 1, Op: events.OpUpsert,
+			OccurredAt: time.Now(), Payload: []byte(`{}`), Priority: p})
+	}
 	for _, r := range pub.Publish(ctx, evs) {
 		if r.Err != nil {
 			t.Fatal(r.Err)
@@ -120,7 +126,7 @@ func TestRowsExplainWhyWorkWaits(t *testing.T) {
 		"acme/postgres":   {2, status.ReasonAtLimit, 2},
 		"busy/postgres":   {1, status.ReasonLimitZero, 0},
 		"sleepy/postgres": {1, status.ReasonPaused, 0},
-		"open/postgres":   {1, status.ReasonDispatching, 0},
+		"open/postgres":   {3, status.ReasonDispatching, 0},
 		"quiet/postgres":  {0, status.ReasonIdle, 0},
 		"done/clickhouse": {0, status.ReasonApplying, 0},
 		"again/postgres":  {0, status.ReasonReplaying, 0},
