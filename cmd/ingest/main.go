@@ -63,6 +63,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (required)")
 	bootstrap.SetEnv(fs, "database-url", "DATABASE_URL")
 	fs.IntVar(&c.Stream.Replicas, "replicas", 1, "PRODUCTS stream replicas (3 in a cluster)")
+	fs.IntVar(&c.Stream.Partitions, "partitions", events.PartitionsDefault, "partitions of PRODUCTS when ingest creates it (dispatchers split the tenants by partition); an existing stream keeps its own")
 	fs.DurationVar(&c.Stream.MaxAge, "max-age", events.StreamConfig{}.WithDefaults().MaxAge, "how long PRODUCTS keeps events: the replay horizon")
 	fs.Int64Var(&c.Ingest.MaxBodyBytes, "max-body", ingest.MaxBodyBytesDefault, "largest events request body in bytes")
 	fs.IntVar(&c.Ingest.MaxEvents, "max-events", ingest.MaxEventsDefault, "most events in one request")

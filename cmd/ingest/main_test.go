@@ -197,7 +197,7 @@ func TestRunTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(ctx, "products.acme.upsert")
+	msg, err := stream.GetLastMsgForSubject(ctx, events.LayoutDefault.StoredSubject("products.acme.upsert"))
 	if err != nil {
 		t.Fatalf("event not in PRODUCTS: %v", err)
 	}

@@ -173,7 +173,7 @@ func TestCluster(t *testing.T) {
 	disp := connect(t, srvs[2].ClientURL(), "dispatcher")
 	products := disp.stream(ctx, events.StreamName)
 	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("dispatcher: direct get of seq %d", seq), func() error {
-		m, err := products.GetLastMsgForSubject(ctx, "products.acme.upsert")
+		m, err := products.GetLastMsgForSubject(ctx, stored("products.acme.upsert"))
 		if err != nil || m.Sequence != seq || !strings.Contains(string(m.Data), `"sku-9"`) {
 			return fmt.Errorf("%v %+v", err, m)
 		}

@@ -141,7 +141,7 @@ func TestTenantComesFromTheSubject(t *testing.T) {
 		}
 		rules[l.Rule] = l.SourceSubject
 	}
-	want := map[string]string{string(events.MismatchTenant): "products.acme.upsert", string(events.MismatchOp): "products.acme.delete"}
+	want := map[string]string{string(events.MismatchTenant): stored("products.acme.upsert"), string(events.MismatchOp): stored("products.acme.delete")}
 	if len(rules) != 2 || rules[string(events.MismatchTenant)] != want[string(events.MismatchTenant)] || rules[string(events.MismatchOp)] != want[string(events.MismatchOp)] {
 		t.Errorf("letters' rules and subjects %v, want %v", rules, want)
 	}

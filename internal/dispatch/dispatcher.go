@@ -491,15 +491,19 @@ func (d *Dispatcher) handBack(l tenancy.Lease) {
 
 func isStale(err error) bool { return errors.Is(err, tenancy.ErrStaleLease) }
 
-// parseSubject splits an event's subject, products.<tenant>.<op> or
-// products.<tenant>.<op>.<priority> (events.SubjectFor), without
-// allocating; p is normal for the first form. ok is false for anything
-// else, which is no tenant's event and must not enter an index; op is ""
-// when it is no known op (events.ParseSubject says why).
+// parseSubject splits a stored event's subject,
+// products.[<partition>.]<tenant>.<op>[.<priority>] (events.SubjectFor,
+// events.Layout), without allocating; p is normal when the subject names
+// none. ok is false for anything else, which is no tenant's event and
+// must not enter an index; op is "" when it is no known op
+// (events.ParseSubject says why).
 func parseSubject(subject string) (tenant string, op events.Op, p events.Priority, ok bool) {
 	rest, ok := strings.CutPrefix(subject, events.SubjectPrefix+".")
 	if !ok {
 		return "", "", "", false
+	}
+	if events.SubjectPartition(subject) >= 0 {
+		_, rest, _ = strings.Cut(rest, ".")
 	}
 	tenant, rest, ok = strings.Cut(rest, ".")
 	if !ok || tenant == "" || rest == "" {

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/work"
-	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -183,7 +182,7 @@ func (f *replayFeed) run(ctx context.Context, d *Dispatcher) {
 
 // consumer creates the feed's consumer from sequence from.
 func (f *replayFeed) consumer(ctx context.Context, d *Dispatcher, from uint64) (jetstream.Consumer, error) {
-	filter, err := events.TenantSubjects(f.tenant)
+	filter, err := d.rd.TenantSubjects(ctx, f.tenant)
 	if err != nil {
 		return nil, err
 	}

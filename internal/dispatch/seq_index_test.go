@@ -222,9 +222,9 @@ func TestSeqIndexTimes(t *testing.T) {
 	check(8, 9, 2)
 }
 
-// The doorbell indexes an event under its subject's tenant and priority
-// (events.SubjectFor: products.<tenant>.<op>[.<priority>]); anything else
-// is no tenant's event.
+// The doorbell indexes an event under its stored subject's tenant and
+// priority (products.[<partition>.]<tenant>.<op>[.<priority>]); anything
+// else is no tenant's event.
 func TestParseSubject(t *testing.T) {
 	t.Parallel()
 	type want struct {
@@ -234,17 +234,24 @@ func TestParseSubject(t *testing.T) {
 		ok     bool
 	}
 	for subject, w := range map[string]want{
-		"products.acme.upsert":        {"acme", events.OpUpsert, events.PriorityNormal, true},
-		"products.acme.delete":        {"acme", events.OpDelete, events.PriorityNormal, true},
-		"products.acme.upsert.high":   {"acme", events.OpUpsert, events.PriorityHigh, true},
-		"products.acme.delete.bulk":   {"acme", events.OpDelete, events.PriorityBulk, true},
-		"products.acme.upsert.normal": {},
-		"products.acme.upsert.x":      {},
-		"products.acme":               {},
-		"products.acme.x.y.z":         {},
-		"products..upsert":            {},
-		"products.acme.":              {},
-		"other.acme.upsert":           {},
+		"products.acme.upsert":          {"acme", events.OpUpsert, events.PriorityNormal, true},
+		"products.acme.delete":          {"acme", events.OpDelete, events.PriorityNormal, true},
+		"products.acme.upsert.high":     {"acme", events.OpUpsert, events.PriorityHigh, true},
+		"products.acme.delete.bulk":     {"acme", events.OpDelete, events.PriorityBulk, true},
+		"products.5.acme.upsert":        {"acme", events.OpUpsert, events.PriorityNormal, true},
+		"products.5.acme.delete.bulk":   {"acme", events.OpDelete, events.PriorityBulk, true},
+		"products.3.upsert":             {"3", events.OpUpsert, events.PriorityNormal, true},
+		"products.3.upsert.high":        {"3", events.OpUpsert, events.PriorityHigh, true},
+		"products.0.3.upsert.high":      {"3", events.OpUpsert, events.PriorityHigh, true},
+		"products.0.upsert.upsert":      {"upsert", events.OpUpsert, events.PriorityNormal, true},
+		"products.5.acme.upsert.normal": {},
+		"products.acme.upsert.normal":   {},
+		"products.acme.upsert.x":        {},
+		"products.acme":                 {},
+		"products.acme.x.y.z":           {},
+		"products..upsert":              {},
+		"products.acme.":                {},
+		"other.acme.upsert":             {},
 	} {
 		tenant, op, p, ok := parseSubject(subject)
 		if ok != w.ok || ok && (tenant != w.tenant || op != w.op || p != w.p) {

@@ -433,7 +433,7 @@ func checkCarried(t testing.TB, it work.Item, stored []work.Stored) {
 	}
 	for i, m := range stored {
 		b := it.Bodies[i]
-		if b.Seq != m.Seq || b.StoredMs != m.Time.UnixMilli() || !bytes.Equal(b.Data, m.Data) || m.Subject != "products."+it.Tenant+"."+string(b.Op) {
+		if b.Seq != m.Seq || b.StoredMs != m.Time.UnixMilli() || !bytes.Equal(b.Data, m.Data) || m.Subject != events.LayoutDefault.StoredSubject("products."+it.Tenant+"."+string(b.Op)) {
 			t.Fatalf("item %s/%d-%d body %d: seq %d at %d op %s, stored seq %d at %v on %s", it.Tenant, it.FromSeq, it.ToSeq, i, b.Seq, b.StoredMs, b.Op, m.Seq, m.Time, m.Subject)
 		}
 	}

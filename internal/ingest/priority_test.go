@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fairwayhq/fairway/pkg/events"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/ingest"
@@ -39,7 +41,7 @@ func TestPriorityPicksTheSubject(t *testing.T) {
 	}
 	want := map[string]uint64{"products.acme.upsert": 1, "products.acme.upsert.high": 2, "products.acme.upsert.bulk": 1}
 	for subj, n := range want {
-		if got := info.State.Subjects[subj]; got != n {
+		if got := info.State.Subjects[events.LayoutDefault.StoredSubject(subj)]; got != n {
 			t.Errorf("%s holds %d events, want %d (all: %v)", subj, got, n, info.State.Subjects)
 		}
 	}

@@ -195,7 +195,7 @@ func TestAcceptedEventsAreStoredOnTheirSubjectWithHeaders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Subject != w.subject {
+		if m.Subject != events.LayoutDefault.StoredSubject(w.subject) {
 			t.Errorf("seq %d subject %q, want %q", res.Seq, m.Subject, w.subject)
 		}
 		for h, v := range map[string]string{events.HeaderMsgID: w.key, events.HeaderRequestID: r.RequestID} {
@@ -267,7 +267,7 @@ func TestIdempotencyKeysAreScopedToTheTenant(t *testing.T) {
 	// Through ingest: globex picks acme's default key for a decoy.
 	decoy := post("globex", `{"product_id":"decoy","version":1,"op":"upsert","payload":{"n":"x"},"idempotency_key":"acme:victim:1"}`)
 	victim := post("acme", `{"product_id":"victim","version":1,"op":"upsert","payload":{"n":"x"}}`)
-	if victim.Duplicate || victim.Seq == decoy.Seq || stored(victim) != "products.acme.upsert" {
+	if victim.Duplicate || victim.Seq == decoy.Seq || stored(victim) != events.LayoutDefault.StoredSubject("products.acme.upsert") {
 		t.Fatalf("acme's event after globex's decoy: %+v (decoy %+v)", victim, decoy)
 	}
 	if again := post("acme", `{"product_id":"victim","version":1,"op":"upsert","payload":{"n":"x"}}`); !again.Duplicate || again.Seq != victim.Seq {
@@ -286,7 +286,7 @@ func TestIdempotencyKeysAreScopedToTheTenant(t *testing.T) {
 	}
 	for range 2 { // a retry is stored too rather than lost
 		victim = post("acme", `{"product_id":"victim","version":2,"op":"upsert","payload":{"n":"x"}}`)
-		if victim.Seq == ack.Sequence || stored(victim) != "products.acme.upsert" {
+		if victim.Seq == ack.Sequence || stored(victim) != events.LayoutDefault.StoredSubject("products.acme.upsert") {
 			t.Fatalf("acme's event after a forged id at seq %d: %+v", ack.Sequence, victim)
 		}
 	}

@@ -212,7 +212,11 @@ func (s *Source) otherPriorities(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", name, err)
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.SubjectPrefix+".*.*.*"))
+	layout, err := s.Reader.Layout(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(layout.MarkedSubjects()))
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", name, err)
 	}

@@ -235,7 +235,7 @@ func RangeRead(count int, width uint64) bool {
 // ReadItemHeaders reads it's events with their headers (subject, store
 // time, the publisher's headers); ReadItem does so for items without Times.
 func (r *Reader) ReadItemHeaders(ctx context.Context, it Item) ([]Stored, error) {
-	filter, err := subjects(it.Tenant, it.Priority)
+	filter, err := r.subjects(ctx, it.Tenant, it.Priority)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
@@ -63,7 +64,7 @@ func TestReadItem(t *testing.T) {
 				t.Fatalf("%s: %d events, want %d", name, len(got), len(wantSeqs))
 			}
 			for i, s := range got {
-				if s.Seq != wantSeqs[i] || s.Subject != "products."+it.Tenant+".upsert" || s.Time.IsZero() || len(s.Data) == 0 {
+				if s.Seq != wantSeqs[i] || s.Subject != events.LayoutDefault.StoredSubject("products."+it.Tenant+".upsert") || s.Time.IsZero() || len(s.Data) == 0 {
 					t.Fatalf("%s: event %d = seq %d subject %s, want seq %d of %s", name, i, s.Seq, s.Subject, wantSeqs[i], it.Tenant)
 				}
 			}
@@ -308,10 +309,18 @@ func publishFor(t *testing.T, pub *events.Publisher, n int, tenants []string) ([
 // answers with headers. Those replies are not taken as bare: the item is
 // read with headers, whose subject check leaves another tenant's event out
 // of a miscounted range, as without Times. The fake server answers direct
-// gets on stream OLD with every sequence asked for, seq 12 globex's.
+// gets on stream OLD with every sequence asked for, seq 12 globex's; the
+// stream exists, without direct gets and partitions, for its info.
 func TestReadItemServerWithoutNoHdr(t *testing.T) {
 	t.Parallel()
 	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OLD", Subjects: []string{"old.>"}}); err != nil {
+		t.Fatal(err)
+	}
 	sub, err := nc.Subscribe("$JS.API.DIRECT.GET.OLD", func(m *nats.Msg) {
 		var req struct {
 			Seq   uint64 `json:"seq"`

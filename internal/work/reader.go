@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,6 +53,7 @@ type Reader struct {
 	timeout time.Duration
 	chunk   int           // events one direct get of ReadItem asks for: ReadChunk
 	slots   chan struct{} // one per direct get of ReadItem in flight: ReadsInFlight; nil: no bound
+	layout  atomic.Pointer[events.Layout]
 }
 
 // getPrealloc bounds the room one direct get's batch is allocated with
@@ -69,6 +72,30 @@ func NewReader(nc *nats.Conn, stream string) *Reader {
 // Stream is the name of the stream r reads.
 func (r *Reader) Stream() string { return r.stream }
 
+// Layout is the stream's partition layout (events.Layout), asked of the
+// server once: a stream keeps the layout it was created with.
+func (r *Reader) Layout(ctx context.Context) (events.Layout, error) {
+	if l := r.layout.Load(); l != nil {
+		return *l, nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+	}
+	l, err := events.StreamLayout(ctx, r.nc, r.stream)
+	if err != nil {
+		return events.Layout{}, fmt.Errorf("%w: %v", ErrStreamRead, err)
+	}
+	r.layout.Store(&l)
+	return l, nil
+}
+
+// TenantSubjects is the filter of every stored event of tenant.
+func (r *Reader) TenantSubjects(ctx context.Context, tenant string) (string, error) {
+	return r.subjects(ctx, tenant, "")
+}
+
 type directGetRequest struct {
 	Seq       uint64     `json:"seq,omitempty"`
 	StartTime *time.Time `json:"start_time,omitempty"`
@@ -85,22 +112,27 @@ type ReadOptions struct {
 	MaxBytes int  // stop after about this many bytes (0: server default)
 	NoData   bool // headers only: sequences and subjects, no bodies (data is still sent by the server; NoData drops it client side)
 	// Priority, when set, reads only the tenant's events of that priority
-	// (events.PrioritySubjects); "" reads them all.
+	// (events.Layout.PrioritySubjects); "" reads them all.
 	Priority events.Priority
 }
 
-// subjects is the filter of tenant's events of priority p ("": all).
-func subjects(tenant string, p events.Priority) (string, error) {
-	if p == "" {
-		return events.TenantSubjects(tenant)
+// subjects is the filter of tenant's stored events of priority p ("":
+// all).
+func (r *Reader) subjects(ctx context.Context, tenant string, p events.Priority) (string, error) {
+	l, err := r.Layout(ctx)
+	if err != nil {
+		return "", err
 	}
-	return events.PrioritySubjects(tenant, p)
+	if p == "" {
+		return l.TenantSubjects(tenant)
+	}
+	return l.PrioritySubjects(tenant, p)
 }
 
 // Next returns up to opts.Max of tenant's events with sequence ≥ from and
 // ≤ upTo (0: no upper bound), in order. An empty batch means none exist yet.
 func (r *Reader) Next(ctx context.Context, tenant string, from, upTo uint64, opts ReadOptions) (Batch, error) {
-	subj, err := subjects(tenant, opts.Priority)
+	subj, err := r.subjects(ctx, tenant, opts.Priority)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -147,23 +179,35 @@ func (r *Reader) Between(ctx context.Context, tenant string, from, to uint64) (u
 	return a - min(a, b), nil
 }
 
-// OpSeqs returns the sequences of tenant's events stored on op's subject
-// with sequence in from..upTo, at most max of them, in order: one batched
-// direct get on that one subject, which the server answers from its
+// OpSeqs returns the sequences of tenant's events of priority p ("":
+// every priority) stored on op's subject with sequence in from..upTo, at
+// most max of them per priority, in order: one batched direct get per
+// priority on that one subject, which the server answers from its
 // per-subject index.
-func (r *Reader) OpSeqs(ctx context.Context, tenant string, op events.Op, from, upTo uint64, max int) ([]uint64, error) {
-	subj, err := events.Subject(tenant, op)
+func (r *Reader) OpSeqs(ctx context.Context, tenant string, op events.Op, p events.Priority, from, upTo uint64, max int) ([]uint64, error) {
+	l, err := r.Layout(ctx)
 	if err != nil {
 		return nil, err
 	}
-	b, err := r.get(ctx, tenant, nextRequest(subj, from, upTo, max), from, upTo, ReadOptions{NoData: true})
-	if err != nil {
-		return nil, err
+	ps := []events.Priority{p}
+	if p == "" {
+		ps = events.Priorities
 	}
-	seqs := make([]uint64, len(b.Msgs))
-	for i, m := range b.Msgs {
-		seqs[i] = m.Seq
+	var seqs []uint64
+	for _, p := range ps {
+		subj, err := l.OpSubjects(tenant, op, p)
+		if err != nil {
+			return nil, err
+		}
+		b, err := r.get(ctx, tenant, nextRequest(subj, from, upTo, max), from, upTo, ReadOptions{NoData: true})
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range b.Msgs {
+			seqs = append(seqs, m.Seq)
+		}
 	}
+	slices.Sort(seqs)
 	return seqs, nil
 }
 
@@ -176,7 +220,7 @@ const lastSeqBatch = 64
 // the tenant's subjects (multi_last), which the server answers from its
 // per-subject state.
 func (r *Reader) LastSeq(ctx context.Context, tenant string, p events.Priority) (uint64, error) {
-	subj, err := subjects(tenant, p)
+	subj, err := r.subjects(ctx, tenant, p)
 	if err != nil {
 		return 0, err
 	}
@@ -194,7 +238,7 @@ func (r *Reader) LastSeq(ctx context.Context, tenant string, p events.Priority) 
 // FirstAt returns tenant's first event stored at or after t; ok is false
 // when there is none.
 func (r *Reader) FirstAt(ctx context.Context, tenant string, t time.Time) (s Stored, ok bool, err error) {
-	subj, err := events.TenantSubjects(tenant)
+	subj, err := r.TenantSubjects(ctx, tenant)
 	if err != nil {
 		return Stored{}, false, err
 	}
@@ -280,7 +324,7 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 // get may be answered by a replica still catching up, so use this to tell
 // "not there yet on that replica" from "gone".
 func (r *Reader) NextSeqFromLeader(ctx context.Context, tenant string, from uint64) (seq uint64, ok bool, err error) {
-	subj, err := events.TenantSubjects(tenant)
+	subj, err := r.TenantSubjects(ctx, tenant)
 	if err != nil {
 		return 0, false, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +135,7 @@ func TestReaderReadsOneTenantInOrder(t *testing.T) {
 		t.Fatalf("got %d msgs pending %d, want 5 and %d", len(b.Msgs), b.Pending, len(acmeSeqs)-5)
 	}
 	for i, m := range b.Msgs {
-		if m.Seq != acmeSeqs[i] || !strings.HasPrefix(m.Subject, "products.acme.") || m.Time.IsZero() {
+		if m.Seq != acmeSeqs[i] || !strings.HasPrefix(m.Subject, events.LayoutDefault.StoredSubject("products.acme.")) || m.Time.IsZero() {
 			t.Fatalf("msg %d = seq %d subject %s, want seq %d", i, m.Seq, m.Subject, acmeSeqs[i])
 		}
 		e, err := events.Decode(m.Data)
@@ -211,4 +212,39 @@ func products(t *testing.T) (*nats.Conn, jetstream.Stream, *events.Publisher) {
 		t.Fatal(err)
 	}
 	return nc, stream, pub
+}
+
+// OpSeqs finds a tenant's events stored on an op's subject of one
+// priority, or of every priority, in a partitioned stream: what a sink
+// checks the deletes carried or read bare against.
+func TestOpSeqsPerPriority(t *testing.T) {
+	t.Parallel()
+	nc, _, pub := products(t)
+	ctx := context.Background()
+	ev := func(tenant string, op events.Op, p events.Priority, id string) events.Event {
+		return events.Event{Tenant: tenant, ProductID: id, Version: 1, Op: op, Priority: p, OccurredAt: time.Now(), Payload: []byte(`{}`)}
+	}
+	evs := []events.Event{
+		ev("acme", events.OpUpsert, "", "a"),
+		ev("acme", events.OpDelete, "", "b"),
+		ev("globex", events.OpDelete, events.PriorityHigh, "c"),
+		ev("acme", events.OpDelete, events.PriorityHigh, "d"),
+		ev("acme", events.OpDelete, events.PriorityBulk, "e"),
+		ev("acme", events.OpUpsert, events.PriorityHigh, "f"),
+	}
+	for _, r := range pub.Publish(ctx, evs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	rd := work.NewReader(nc, "")
+	for p, want := range map[events.Priority][]uint64{"": {2, 4, 5}, events.PriorityNormal: {2}, events.PriorityHigh: {4}, events.PriorityBulk: {5}} {
+		got, err := rd.OpSeqs(ctx, "acme", events.OpDelete, p, 1, 6, 10)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("OpSeqs(acme, delete, %q) = %v, %v; want %v", p, got, err, want)
+		}
+	}
+	if got, err := rd.OpSeqs(ctx, "acme", events.OpDelete, "", 3, 4, 10); err != nil || !slices.Equal(got, []uint64{4}) {
+		t.Errorf("OpSeqs(acme, delete, all, 3..4) = %v, %v; want [4]", got, err)
+	}
 }

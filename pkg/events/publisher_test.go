@@ -16,14 +16,21 @@ import (
 	"github.com/fairwayhq/fairway/internal/testenv"
 )
 
-// setup starts an embedded JetStream server with the PRODUCTS stream.
-func setup(t testing.TB) (*nats.Conn, jetstream.JetStream, jetstream.Stream) {
+// bare starts an embedded JetStream server with no stream.
+func bare(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	_, nc := testenv.NATS(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return nc, js
+}
+
+// setup starts an embedded JetStream server with the PRODUCTS stream.
+func setup(t testing.TB) (*nats.Conn, jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	nc, js := bare(t)
 	s, err := EnsureStream(context.Background(), js, StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +76,7 @@ func TestPublisherStores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := "products." + e.Tenant + "." + string(e.Op); m.Subject != want {
+		if want := fmt.Sprintf("products.%d.%s.%s", Layout{Partitions: PartitionsDefault}.PartitionOf(e.Tenant), e.Tenant, e.Op); m.Subject != want {
 			t.Errorf("event %d stored on %q, want %q", i, m.Subject, want)
 		}
 		want := map[string]string{

@@ -37,6 +37,11 @@ type StreamConfig struct {
 	// Storage is jetstream.FileStorage (the zero value, default) or
 	// jetstream.MemoryStorage.
 	Storage jetstream.StorageType
+	// Partitions is the number of partitions the stream splits its
+	// tenants into (partition.go), 1..PartitionsMax. Default
+	// PartitionsDefault (8). It applies when the stream is created: an
+	// existing stream keeps its layout.
+	Partitions int
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -46,6 +51,7 @@ func (c StreamConfig) WithDefaults() StreamConfig {
 	c.MaxAge = cmp.Or(c.MaxAge, StreamMaxAgeDefault)
 	c.Duplicates = cmp.Or(c.Duplicates, StreamDuplicatesDefault)
 	c.MaxBytes = cmp.Or(c.MaxBytes, -1)
+	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
 	return c
 }
 
@@ -61,6 +67,8 @@ func (c StreamConfig) validate() error {
 		return fmt.Errorf("%w: stream duplicate window %v, want 0..max age (%v)", ErrInvalidConfig, c.Duplicates, c.MaxAge)
 	case c.MaxBytes < -1:
 		return fmt.Errorf("%w: stream max bytes %d, want -1 (unlimited) or more than 0", ErrInvalidConfig, c.MaxBytes)
+	case c.Partitions < 1 || c.Partitions > PartitionsMax:
+		return fmt.Errorf("%w: stream partitions %d, want 1..%d", ErrInvalidConfig, c.Partitions, PartitionsMax)
 	case c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage:
 		return fmt.Errorf("%w: stream storage %v", ErrInvalidConfig, c.Storage)
 	}
@@ -71,34 +79,50 @@ func (c StreamConfig) validate() error {
 // subjects products.*.upsert and products.*.delete (StreamSubjects), so a
 // message on another op's subject is refused rather than stored, limits
 // retention, discard old, direct get allowed (the
-// dispatcher reads a tenant's batch with a direct get).
+// dispatcher reads a tenant's batch with a direct get), and the subject
+// transform that stores each event in its tenant's partition
+// (partition.go).
 func (c StreamConfig) JetStreamConfig() jetstream.StreamConfig {
 	c = c.WithDefaults()
 	return jetstream.StreamConfig{
-		Name:        c.Name,
-		Description: "fairway product events, one subject per tenant and op",
-		Subjects:    StreamSubjects(),
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      c.MaxAge,
-		MaxBytes:    c.MaxBytes,
-		MaxMsgs:     -1,
-		Duplicates:  c.Duplicates,
-		Storage:     c.Storage,
-		Replicas:    c.Replicas,
-		AllowDirect: true,
+		Name:             c.Name,
+		Description:      "fairway product events, one subject per tenant and op",
+		Subjects:         StreamSubjects(),
+		Retention:        jetstream.LimitsPolicy,
+		Discard:          jetstream.DiscardOld,
+		MaxAge:           c.MaxAge,
+		MaxBytes:         c.MaxBytes,
+		MaxMsgs:          -1,
+		Duplicates:       c.Duplicates,
+		Storage:          c.Storage,
+		Replicas:         c.Replicas,
+		AllowDirect:      true,
+		SubjectTransform: Layout{Partitions: c.Partitions}.transform(),
 	}
 }
 
 // EnsureStream creates the events stream or updates it to c (after
 // WithDefaults). It is idempotent; changing MaxAge, Duplicates or MaxBytes of
 // an existing stream works, changing Storage does not (JetStream refuses).
+// An existing stream keeps its partitions, or none (partition.go):
+// c.Partitions applies only to a stream it creates.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
 	c = c.WithDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	s, err := EnsureJetStream(ctx, js, c.JetStreamConfig())
+	cfg := c.JetStreamConfig()
+	switch s, err := js.Stream(ctx, c.Name); {
+	case err == nil:
+		have := s.CachedInfo().Config
+		if _, err := LayoutOf(have); err != nil {
+			return nil, fmt.Errorf("ensure stream %s: %w", c.Name, err)
+		}
+		cfg.SubjectTransform = have.SubjectTransform
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("ensure stream %s: %w", c.Name, err)
+	}
+	s, err := EnsureJetStream(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", c.Name, err)
 	}
@@ -145,5 +169,13 @@ func sameStreamConfig(have, want jetstream.StreamConfig) bool {
 		limit(have.MaxMsgs) == limit(want.MaxMsgs) &&
 		have.Duplicates == want.Duplicates &&
 		have.Discard == want.Discard &&
-		have.AllowDirect == want.AllowDirect
+		have.AllowDirect == want.AllowDirect &&
+		sameTransform(have.SubjectTransform, want.SubjectTransform)
+}
+
+func sameTransform(a, b *jetstream.SubjectTransformConfig) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

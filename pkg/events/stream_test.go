@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 func TestStreamConfigWithDefaults(t *testing.T) {
 	t.Parallel()
 	got := StreamConfig{Replicas: 3}.WithDefaults()
-	want := StreamConfig{Name: "PRODUCTS", Replicas: 3, MaxAge: 7 * 24 * time.Hour, Duplicates: 10 * time.Minute, MaxBytes: -1, Storage: jetstream.FileStorage}
+	want := StreamConfig{Name: "PRODUCTS", Replicas: 3, MaxAge: 7 * 24 * time.Hour, Duplicates: 10 * time.Minute, MaxBytes: -1, Storage: jetstream.FileStorage, Partitions: 8}
 	if got != want {
 		t.Errorf("WithDefaults() = %+v, want %+v", got, want)
 	}
@@ -49,6 +50,7 @@ func TestEnsureStream(t *testing.T) {
 		{"storage", cfg.Storage, jetstream.FileStorage},
 		{"replicas", cfg.Replicas, 1},
 		{"allow direct", cfg.AllowDirect, true},
+		{"subject transform", *cfg.SubjectTransform, jetstream.SubjectTransformConfig{Source: "products.*.>", Destination: "products.{{partition(8,1)}}.{{wildcard(1)}}.>"}},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -96,7 +98,7 @@ func TestEnsureStream(t *testing.T) {
 		t.Errorf("update lost messages: %d left, want 1", info.State.Msgs)
 	}
 	// Direct get, which the dispatcher relies on, answers.
-	m, err := s.GetLastMsgForSubject(ctx, "products.acme.upsert")
+	m, err := s.GetLastMsgForSubject(ctx, fmt.Sprintf("products.%d.acme.upsert", Layout{Partitions: 8}.PartitionOf("acme")))
 	if err != nil || m.Sequence != 1 {
 		t.Errorf("direct get: %v, %v", m, err)
 	}
@@ -117,6 +119,7 @@ func TestEnsureStreamInvalid(t *testing.T) {
 		"duplicates > max age": {MaxAge: time.Minute, Duplicates: time.Hour},
 		"max bytes":            {MaxBytes: -5},
 		"storage":              {Storage: 9},
+		"partitions":           {Partitions: PartitionsMax + 1},
 	} {
 		if _, err := EnsureStream(context.Background(), js, c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)

@@ -97,35 +97,16 @@ func (e *Event) CheckSubject(subject string) error {
 	return nil
 }
 
-// TenantSubjects returns the filter matching every event of tenant,
-// whatever its priority: "products.<tenant>.>". Use it for a per-tenant
-// direct get or consumer.
-func TenantSubjects(tenant string) (string, error) {
-	if err := ValidateTenant(tenant); err != nil {
-		return "", err
-	}
-	return SubjectPrefix + "." + tenant + ".>", nil
-}
-
-// PrioritySubjects returns the filter matching tenant's events of priority
-// p: "products.<tenant>.*" for normal (or ""), else
-// "products.<tenant>.*.<priority>".
-func PrioritySubjects(tenant string, p Priority) (string, error) {
-	if err := ValidateTenant(tenant); err != nil {
-		return "", err
-	}
-	if !p.Valid() {
-		return "", &ValidationError{Field: "priority", Reason: quote(string(p)) + " is not one of high, normal, bulk"}
-	}
-	return SubjectPrefix + "." + tenant + ".*" + p.subjectSuffix(), nil
-}
-
-// ParseSubject is the inverse of SubjectFor; p is PriorityNormal for a
-// normal event.
+// ParseSubject is the inverse of SubjectFor, for a subject as published
+// or as stored in a partitioned stream (its partition token is skipped:
+// SubjectPartition reads it); p is PriorityNormal for a normal event.
 func ParseSubject(subject string) (tenant string, op Op, p Priority, err error) {
 	rest, ok := strings.CutPrefix(subject, SubjectPrefix+".")
 	if !ok {
 		return "", "", "", fmt.Errorf("subject %s: not under %q", quote(subject), SubjectPrefix)
+	}
+	if first, after, ok := strings.Cut(rest, "."); ok && partitioned(first, after) {
+		rest = after
 	}
 	tenant, o, ok := strings.Cut(rest, ".")
 	if !ok {

@@ -108,12 +108,18 @@ func TestSubject(t *testing.T) {
 	if _, err := Subject("acme", "upsrt"); err == nil || err.Error() != `op "upsrt" is not one of upsert, delete` {
 		t.Errorf("Subject(acme, upsrt) error = %v", err)
 	}
-	if s, err := TenantSubjects("acme"); err != nil || s != "products.acme.>" {
-		t.Errorf("TenantSubjects(acme) = %q, %v", s, err)
-	}
-	for p, want := range map[Priority]string{"": "products.acme.*", PriorityNormal: "products.acme.*", PriorityHigh: "products.acme.*.high", PriorityBulk: "products.acme.*.bulk"} {
-		if s, err := PrioritySubjects("acme", p); err != nil || s != want {
-			t.Errorf("PrioritySubjects(acme, %q) = %q, %v; want %q", p, s, err, want)
+	for _, l := range []Layout{{}, {Partitions: 8}} {
+		pre := map[int]string{0: "products.", 8: "products.*."}[l.Partitions]
+		if s, err := l.TenantSubjects("acme"); err != nil || s != pre+"acme.>" {
+			t.Errorf("%+v.TenantSubjects(acme) = %q, %v", l, s, err)
+		}
+		for p, want := range map[Priority]string{"": "acme.*", PriorityNormal: "acme.*", PriorityHigh: "acme.*.high", PriorityBulk: "acme.*.bulk"} {
+			if s, err := l.PrioritySubjects("acme", p); err != nil || s != pre+want {
+				t.Errorf("%+v.PrioritySubjects(acme, %q) = %q, %v; want %q", l, p, s, err, pre+want)
+			}
+		}
+		if _, err := l.TenantSubjects(">"); !errors.Is(err, ErrInvalidTenant) {
+			t.Errorf("TenantSubjects(>) error = %v", err)
 		}
 	}
 	if s, err := SubjectFor("acme", OpDelete, PriorityHigh); err != nil || s != "products.acme.delete.high" {
@@ -131,9 +137,6 @@ func TestSubject(t *testing.T) {
 		if _, _, _, err := ParseSubject(bad); err == nil {
 			t.Errorf("ParseSubject(%q): no error", bad)
 		}
-	}
-	if _, err := TenantSubjects(">"); !errors.Is(err, ErrInvalidTenant) {
-		t.Errorf("TenantSubjects(>) error = %v", err)
 	}
 	for _, bad := range []string{"orders.acme.upsert", "products.acme", "products.A.upsert", "products.acme.upsert.x", "products.acme.put"} {
 		if _, _, _, err := ParseSubject(bad); err == nil {

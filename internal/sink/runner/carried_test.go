@@ -163,7 +163,7 @@ func TestCarriedBodyOfAnotherTenantDeadLettered(t *testing.T) {
 			{"tenant", l.Tenant, "acme"},
 			{"class", l.Class, sink.ClassPermanent.String()},
 			{"rule", l.Rule, want.rule},
-			{"source subject", l.SourceSubject, want.subject},
+			{"source subject", l.SourceSubject, events.LayoutDefault.StoredSubject(want.subject)},
 			{"request id", l.Header.Get(events.HeaderRequestID), want.reqID},
 			{"lease", l.Lease, it.LeaseID},
 			{"data", fmt.Sprint(ev.ProductID, err), fmt.Sprint(want.product, nil)},

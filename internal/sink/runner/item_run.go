@@ -289,7 +289,7 @@ func (ir *itemRun) checkBareOps(ctx context.Context) string {
 			deletes[rec.Seq] = true
 		}
 	}
-	seqs, err := ir.r.reader.OpSeqs(ctx, it.Tenant, events.OpDelete, it.FromSeq, it.ToSeq, len(deletes)+1)
+	seqs, err := ir.r.reader.OpSeqs(ctx, it.Tenant, events.OpDelete, it.Priority, it.FromSeq, it.ToSeq, len(deletes)+1)
 	if err != nil {
 		return "cannot list the range's delete subjects: " + err.Error()
 	}

@@ -93,7 +93,7 @@ func testLogsCarryItemAndRequestIDs(t *testing.T, how string) {
 		}
 	}
 	letters := e.letters(dlq.Filter{Tenant: "acme"})
-	if len(letters) != 1 || letters[0].SourceSubject != "products.acme.upsert" ||
+	if len(letters) != 1 || letters[0].SourceSubject != events.LayoutDefault.StoredSubject("products.acme.upsert") ||
 		letters[0].Header.Get(events.HeaderRequestID) != "req-poison" || letters[0].SourceSeq == 0 {
 		t.Fatalf("dead letters %+v, want the poison event with its subject and request id", letters)
 	}

@@ -200,7 +200,7 @@ func testPoisonEventDeadLettered(t *testing.T, timed bool) {
 		{"attempts", fmt.Sprint(l.Attempts), "1"},
 		{"source seq", fmt.Sprint(l.SourceSeq), fmt.Sprint(seqs[1])},
 		{"source stream", l.SourceStream, "PRODUCTS"},
-		{"source subject", l.SourceSubject, "products.acme.upsert"},
+		{"source subject", l.SourceSubject, events.LayoutDefault.StoredSubject("products.acme.upsert")},
 		{"first failure", l.FirstFailure.String(), now.String()},
 		{"last failure", l.LastFailure.String(), now.String()},
 		{"lease", l.Lease, it.LeaseID},
