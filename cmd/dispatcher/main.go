@@ -124,7 +124,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	}))
 	fs.DurationVar(&c.Dispatch.ShutdownGrace, "shutdown-grace", dispatch.ShutdownGraceDefault, "time in-flight batches get to be published on shutdown")
 	fs.DurationVar(&c.Dispatch.BatchLogRetention, "batch-log-retention", dispatch.BatchLogRetentionDefault, "how long the batch log (fairway.batches, a row per dispatched batch) keeps a row; negative keeps every row")
-	fs.DurationVar(&c.Dispatch.Heartbeat, "heartbeat", dispatch.HeartbeatDefault, "how often this replica records it is alive; replicas split the tenants between them and take over one whose heartbeat is 3 intervals old")
+	fs.DurationVar(&c.Dispatch.Heartbeat, "heartbeat", dispatch.HeartbeatDefault, "how often this replica records it is alive; replicas split the stream's partitions between them and take over those of one whose heartbeat is 2 intervals old")
 	bootstrap.BindEnv(fs, "FAIRWAY_DISPATCHER_", getenv)
 	if err := command.Parse(fs, args, getenv, out); err != nil {
 		return c, err

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,48 +40,9 @@ func BenchmarkDispatcherMemory(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	bin := testenv.BuildServices(b)
-	pool, dsn := testenv.NewPool(b)
-	if _, err := migrate.Up(ctx, dsn); err != nil {
-		b.Fatalf("migrate: %v", err)
-	}
-	url, _, stop := testenv.BenchNATS(b)
-	defer stop()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
-		b.Fatal(err)
-	}
-	st, err := tenancy.New(pool, &tenancy.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	url, dsn, st, pubs := benchSetup(b, ctx)
 	for i := range tenants {
 		if _, err := st.EnsureTenant(ctx, fmt.Sprintf("t%04d", i)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	pubs := make([]*events.Publisher, 4)
-	for i := range pubs {
-		c, err := nats.Connect(url)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		pjs, err := jetstream.New(c)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if pubs[i], err = events.NewPublisher(pjs); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -123,22 +82,58 @@ func BenchmarkDispatcherMemory(b *testing.B) {
 	b.Logf("%d events over %d tenants indexed in %s; peak RSS %d MB, now %d MB", n, tenants, indexed.Round(time.Millisecond), hwm/1024, rss/1024)
 }
 
+// benchSetup starts a NATS server in a process of its own
+// (testenv.BenchNATS) with PRODUCTS and WORK, and a fresh PostgreSQL
+// database, migrated; it returns them with a store and 4 publishers, each
+// on a connection of its own. Cleanup stops the server.
+func benchSetup(b *testing.B, ctx context.Context) (url, dsn string, st *tenancy.Store, pubs []*events.Publisher) {
+	b.Helper()
+	pool, dsn := testenv.NewPool(b)
+	if _, err := migrate.Up(ctx, dsn); err != nil {
+		b.Fatalf("migrate: %v", err)
+	}
+	url, _, stop := testenv.BenchNATS(b)
+	b.Cleanup(stop)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	if st, err = tenancy.New(pool, &tenancy.Config{}); err != nil {
+		b.Fatal(err)
+	}
+	pubs = make([]*events.Publisher, 4)
+	for i := range pubs {
+		c, err := nats.Connect(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Close)
+		pjs, err := jetstream.New(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if pubs[i], err = events.NewPublisher(pjs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return url, dsn, st, pubs
+}
+
 // backfilled returns the events the dispatcher's backfill delivered so
 // far, from its metrics (0 while they cannot be read).
 func backfilled(listen string) float64 {
-	resp, err := http.Get("http://" + listen + "/metrics")
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), `fairway_dispatcher_wakeups_total{source="backfill"} `); ok {
-			v, _ := strconv.ParseFloat(rest, 64)
-			return v
-		}
-	}
-	return 0
+	return metric(listen, `fairway_dispatcher_wakeups_total{source="backfill"} `)
 }
 
 // procKB reads a field of /proc/<pid>/status in kB.

@@ -116,10 +116,10 @@ type Config struct {
 
 	// Heartbeat is how often the dispatcher records that it is alive in
 	// fairway.dispatchers and reads which others are. Dispatchers side by
-	// side split the (tenant, destination) pairs between them by
-	// rendezvous hashing over that list; one whose heartbeat is older than
-	// 3 × Heartbeat is taken for gone and its pairs are taken over.
-	// Default 2s.
+	// side split the stream's partitions (partitions.go; without them, the
+	// (tenant, destination) pairs) between them by rendezvous hashing over
+	// that list; one whose heartbeat is older than 2 × Heartbeat is taken
+	// for gone and what it owned is taken over. Default 2s.
 	Heartbeat time.Duration
 
 	// ShutdownGrace is how long batches in flight get to be published after

@@ -103,6 +103,7 @@ type tenantState struct {
 	// back for the refill to bring its bodies (carried).
 	bodyWaited bool
 	bodyNeed   int
+	part       int      // the tenant's partition (partitions.go)
 	live       seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
 	// fresh: the tenant had no event before Dispatcher.liveFrom and the
 	// doorbell rang none before this state existed, so live holds every
@@ -189,12 +190,12 @@ func (x *destination) stateRinging(tenant string, p events.Priority, ringing uin
 	key := laneKey(tenant, p)
 	ts := x.tenants[key]
 	if ts == nil {
-		ts = &tenantState{tenant: tenant, prio: p, weight: 1}
+		ts = &tenantState{tenant: tenant, prio: p, weight: 1, part: x.d.parts.layout.PartitionOf(tenant)}
 		// The doorbell and backfill delivered what came before without
 		// this state: its index starts at what they deliver now, unless
 		// they delivered nothing of the tenant's events of p before.
 		ts.live.floor, ts.back.floor = x.d.bellSeq.Load(), x.d.backSeq.Load()
-		if !x.replay && x.d.fresh(key, ringing) {
+		if !x.replay && x.d.fresh(key, ts.part, ringing) {
 			ts.fresh, ts.live.floor = true, 0
 		}
 		x.tenants[key] = ts
@@ -433,7 +434,7 @@ func (x *destination) waiting(ts *tenantState) int64 {
 		// From the backfill's region on: what it delivered, then the
 		// doorbell's.
 		n = int64(ts.back.count() + ts.live.count())
-	case x.d.backFrom.Load() != 0 && ts.backExpect > 0 && ts.cursor <= ts.backFirst:
+	case x.d.backFrom.Load() != 0 && x.d.parts.backfilled(ts.part) && ts.backExpect > 0 && ts.cursor <= ts.backFirst:
 		// The backfill is on its way, nothing of the tenant dispatched
 		// yet: what the start-up scan counted, then the doorbell's.
 		n = int64(ts.backExpect) + int64(ts.live.count())

@@ -24,24 +24,40 @@ import (
 // right after it, so nothing stored during the scan is missed — and the
 // oldest event waiting in any (tenant, destination) (0: none), where the
 // backfill may start, and the tenants' priorities (laneKey) that have
-// events up to lastSeq.
+// events up to lastSeq. It scans the tenants of parts, the partitions
+// this dispatcher reads (every one of an unpartitioned stream).
 //
 // Why not the direct get's multi_last on products.>: nats-server 2.15
 // answers it for at most 1,024 subjects (413 Too Many Results beyond), i.e.
 // about 500 tenants; the design is for 10,000.
-func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq, oldest uint64, present map[string]bool, err error) {
+func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []int) (lastSeq, oldest uint64, present map[string]bool, err error) {
 	start := time.Now()
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(events.SubjectWildcard))
-	if err != nil {
-		return 0, 0, nil, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
+	filters := d.parts.filters(parts)
+	if filters == nil {
+		filters = []string{events.SubjectWildcard}
 	}
-	lastSeq = info.State.LastSeq
+	if len(parts) == 0 {
+		filters = []string{""} // the stream's last sequence only
+	}
 	tenants := map[string][]events.Priority{}
 	present = map[string]bool{}
-	for subj := range info.State.Subjects {
-		if t, _, p, ok := parseSubject(subj); ok && !present[laneKey(t, p)] {
-			present[laneKey(t, p)] = true
-			tenants[t] = append(tenants[t], p)
+	for i, f := range filters {
+		var opts []jetstream.StreamInfoOpt
+		if f != "" {
+			opts = append(opts, jetstream.WithSubjectFilter(f))
+		}
+		info, err := stream.Info(ctx, opts...)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
+		}
+		if i == 0 {
+			lastSeq = info.State.LastSeq
+		}
+		for subj := range info.State.Subjects {
+			if t, _, p, ok := parseSubject(subj); ok && !present[laneKey(t, p)] {
+				present[laneKey(t, p)] = true
+				tenants[t] = append(tenants[t], p)
+			}
 		}
 	}
 	type probe struct {
@@ -135,9 +151,12 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream) (lastSeq
 // start-up scan's last sequence (before), and the doorbell has rung none
 // since, or only the one at sequence ringing, which the caller indexes
 // next (0: none). One rung before its state existed (the tenant had no
-// destination yet) is not fresh: those events are only in PRODUCTS.
-func (d *Dispatcher) fresh(key string, ringing uint64) bool {
-	if d.liveFrom.Load() == 0 || d.before == nil || d.before[key] {
+// destination yet) is not fresh: those events are only in PRODUCTS. Nor
+// is one of a partition the doorbell has not delivered since it started
+// (part: partitions.go).
+func (d *Dispatcher) fresh(key string, part int, ringing uint64) bool {
+	lf := d.liveFrom.Load()
+	if lf == 0 || d.before == nil || d.before[key] || d.parts.liveFrom(part) != lf {
 		return false
 	}
 	first, rung := d.rung.Load(key)
@@ -328,8 +347,10 @@ func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 // backfill: it delivers the existing backlog [from, until] to the index
 // once, so the backlog too is cut into batches without reading the stream,
 // and then stops. One or two per process, whatever the number of tenants,
-// on the doorbell connection (Deps.Doorbell).
-func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jetstream.ConsumeContext, error) {
+// on the doorbell connection (Deps.Doorbell). Both read the partitions
+// this dispatcher owns (filters: partReads.filters); idle, the doorbell
+// reads none until they move (moveParts).
+func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, filters []string, idle bool) (jetstream.ConsumeContext, error) {
 	backfill := until > 0
 	reached := make(chan struct{})
 	var once sync.Once
@@ -343,6 +364,9 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 			once.Do(func() { close(reached) })
 			return
 		}
+		// Filtered on partitions, the backfill may see no event at until:
+		// nothing more pending for its filter is the end too.
+		last := backfill && (seq == until || md.NumPending == 0)
 		if backfill {
 			d.backSeq.Store(seq)
 		} else {
@@ -382,14 +406,19 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 				h(tenant, seq)
 			}
 		}
-		if backfill && seq == until {
+		if last {
 			once.Do(func() { close(reached) })
 		}
 	}
 	if !backfill {
-		return d.startPacedBell(ctx, from, handle)
+		bell, err := d.startPacedBell(ctx, from, filters, idle, handle)
+		if err != nil {
+			return nil, err
+		}
+		d.bell.Store(bell)
+		return bell, nil
 	}
-	cc, err := d.consumeStream(ctx, from, doorbellPull, handle, "backfill")
+	cc, err := d.consumeStream(ctx, from, doorbellPull, filters, handle, "backfill")
 	if err != nil {
 		return nil, err
 	}
@@ -408,19 +437,23 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64) (jet
 	return cc, nil
 }
 
-// consumeStream consumes the whole stream from sequence from with an
-// ordered consumer asking for pull messages at a time, handing each
-// message to handle. role names it in errors and logs.
-func (d *Dispatcher) consumeStream(ctx context.Context, from uint64, pull int, handle jetstream.MessageHandler, role string) (jetstream.ConsumeContext, error) {
-	// No subject filter: the stream binds only event subjects
-	// (events.StreamSubjects), and a filter makes the server match every
-	// stored message against every subject of its block, a cost that
-	// grows with the number of tenants (subjectTenant drops anything that
-	// is not an event's subject).
+// consumeStream consumes the stream from sequence from with an ordered
+// consumer asking for pull messages at a time, handing each message to
+// handle; filters, when set, are the partitions' it reads
+// (partReads.filters). role names it in errors and logs.
+func (d *Dispatcher) consumeStream(ctx context.Context, from uint64, pull int, filters []string, handle jetstream.MessageHandler, role string) (jetstream.ConsumeContext, error) {
+	// No subject filter when reading every partition: the stream binds
+	// only event subjects (events.StreamSubjects), and a filter of
+	// tenants would make the server match every stored message against
+	// every subject of its block, a cost that grows with the number of
+	// tenants (parseSubject drops anything that is not an event's
+	// subject). A partition's filter is one prefix the server's subject
+	// tree walks at once.
 	cons, err := d.bellJS.OrderedConsumer(ctx, d.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   from,
-		HeadersOnly:   d.cfg.BodyBudget < 0,
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    from,
+		HeadersOnly:    d.cfg.BodyBudget < 0,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: %s consumer: %w", role, err)
@@ -446,7 +479,7 @@ func (d *Dispatcher) pollLoop(ctx context.Context, stream jetstream.Stream) {
 		case <-t.C:
 		}
 		d.m.wakeups.WithLabelValues("poll").Inc()
-		if _, _, _, err := d.scan(ctx, stream); err != nil && ctx.Err() == nil {
+		if _, _, _, err := d.scan(ctx, stream, d.parts.ownedNow()); err != nil && ctx.Err() == nil {
 			d.log.Warn("poll scan failed", "err", err)
 			d.m.errors.WithLabelValues("", "scan").Inc()
 		}

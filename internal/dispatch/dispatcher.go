@@ -99,6 +99,11 @@ type Dispatcher struct {
 	// members is the last heartbeat's view of the dispatchers alive
 	// (members.go); nil before the first.
 	members atomic.Pointer[membership]
+	// parts: which partitions of the stream this dispatcher reads
+	// (partitions.go); set by Run before the first heartbeat. bell: the
+	// live doorbell, once started.
+	parts *partReads
+	bell  atomic.Pointer[pacedBell]
 	// resets: cursors that do not fit the stream (stream_reset.go).
 	resets streamResets
 
@@ -161,6 +166,7 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 		recoverKick: make(chan struct{}, 1),
 		beatKick:    make(chan struct{}, 1),
 		bodies:      newBodyBudget(c.BodyBudget),
+		parts:       newPartReads(events.Layout{}), // Run asks the stream
 		maxItem:     int(deps.NATS.MaxPayload()) - 512,
 		itemBytes:   max(int(deps.NATS.MaxPayload())-work.ItemOverhead, work.ItemOverhead),
 	}
@@ -200,25 +206,38 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("dispatch: stream %s: %w", d.cfg.Stream, err)
 	}
+	layout, err := d.rd.Layout(ctx)
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	d.parts = newPartReads(layout)
 	// Learn the other dispatchers first, so that the scan's tenants are
-	// parked or not from the start.
+	// parked or not from the start and it scans the partitions owned.
 	if err := d.heartbeat(ctx); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
-	lastSeq, oldest, present, err := d.scan(ctx, stream)
+	owned := d.ownedParts()
+	lastSeq, oldest, present, err := d.scan(ctx, stream, owned)
 	if err != nil {
 		return err
 	}
 	d.before = present
 	d.liveFrom.Store(lastSeq + 1)
-	bell, err := d.startDoorbell(ctx, lastSeq+1, 0)
+	for _, p := range owned {
+		d.parts.live[p].Store(lastSeq + 1)
+	}
+	filters := d.parts.filters(owned)
+	bell, err := d.startDoorbell(ctx, lastSeq+1, 0, filters, len(owned) == 0)
 	if err != nil {
 		return err
 	}
 	defer bell.Stop()
 	if from := d.backfillFrom(lastSeq, oldest); from <= lastSeq {
 		d.backFrom.Store(from)
-		back, err := d.startDoorbell(ctx, from, lastSeq)
+		for _, p := range owned {
+			d.parts.back[p].Store(true)
+		}
+		back, err := d.startDoorbell(ctx, from, lastSeq, filters, false)
 		if err != nil {
 			return err
 		}
@@ -242,7 +261,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	if d.cfg.BodyBudget > 0 {
 		aux.Go(func() { d.refillLoop(ctx) })
 	}
-	d.log.Info("dispatcher running", "holder", d.cfg.Holder, "dests", d.destNames(), "from_seq", lastSeq+1)
+	d.log.Info("dispatcher running", "holder", d.cfg.Holder, "dests", d.destNames(), "from_seq", lastSeq+1, "partitions", layout.Count(), "owned", owned)
 
 	<-ctx.Done()
 	bell.Stop()

@@ -125,3 +125,18 @@ func (d *Dispatcher) Running() bool { return d.liveFrom.Load() != 0 && d.backDon
 func (d *Dispatcher) Releases(dest, tenant string) uint64 {
 	return tenantField(d, dest, tenant, func(ts *tenantState) uint64 { return ts.gen })
 }
+
+// readsFrom sets up d, an unpartitioned stream's dispatcher, as if its
+// backfill started at backFrom (0: none) and its doorbell at liveFrom.
+func (d *Dispatcher) readsFrom(backFrom, liveFrom uint64) {
+	if d.parts == nil {
+		d.parts = newPartReads(events.Layout{})
+	}
+	d.backFrom.Store(backFrom)
+	d.liveFrom.Store(liveFrom)
+	d.parts.live[0].Store(liveFrom)
+	d.parts.back[0].Store(backFrom != 0)
+}
+
+// Partitions returns the partitions d reads.
+func (d *Dispatcher) Partitions() []int { return d.parts.ownedNow() }

@@ -148,7 +148,7 @@ const backfillWaitMax = 250 * time.Millisecond
 // skips) reads at once, so that its events do not wait for the backfill
 // to reach them.
 func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int, cutOK bool) bool {
-	if cut >= x.size || cursor >= x.d.liveFrom.Load() || cursor < x.d.backFrom.Load() {
+	if cut >= x.size || cursor >= x.d.liveFrom.Load() || cursor < x.d.backFrom.Load() || !x.d.parts.backfilled(ts.part) {
 		return false
 	}
 	x.mu.Lock()

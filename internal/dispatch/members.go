@@ -53,12 +53,16 @@ func owner(members []string, tenant, dest string) string {
 	return best
 }
 
-// owns reports whether this dispatcher grants the pair. Alone, or before
-// the first heartbeat, it owns every pair.
+// owns reports whether this dispatcher grants the pair: it owns the
+// tenant's partition (partitions.go), or, in an unpartitioned stream, the
+// pair. Alone, or before the first heartbeat, it owns every pair.
 func (d *Dispatcher) owns(tenant, dest string) bool {
 	m := d.members.Load()
 	if m == nil || len(m.members) < 2 {
 		return true
+	}
+	if d.parts != nil && d.parts.partitioned() {
+		return partOwner(m.members, d.parts.layout.PartitionOf(tenant)) == d.cfg.Holder
 	}
 	return owner(m.members, tenant, dest) == d.cfg.Holder
 }
@@ -66,7 +70,7 @@ func (d *Dispatcher) owns(tenant, dest string) bool {
 // heartbeat records this dispatcher in fairway.dispatchers and, when the
 // set of dispatchers alive changed, re-parks every pair.
 func (d *Dispatcher) heartbeat(ctx context.Context) error {
-	members, err := d.st.Heartbeat(ctx, d.cfg.Holder, 3*d.cfg.Heartbeat)
+	members, err := d.st.Heartbeat(ctx, d.cfg.Holder, memberTTL*d.cfg.Heartbeat)
 	if err != nil {
 		return err
 	}
@@ -78,6 +82,9 @@ func (d *Dispatcher) heartbeat(ctx context.Context) error {
 	d.log.Info("dispatchers alive", "holder", d.cfg.Holder, "members", members)
 	for _, x := range d.allLanes() {
 		x.repark()
+	}
+	if d.parts != nil {
+		d.moveParts(ctx)
 	}
 	return nil
 }

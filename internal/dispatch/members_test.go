@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // Rendezvous hashing: every pair has exactly one owner, shares are even,
@@ -38,27 +41,59 @@ func TestOwnerSplitsPairs(t *testing.T) {
 	}
 }
 
-// Two dispatchers split the tenants: once each has seen the other (joins
-// are notified, so within a round trip), every tenant's batches come from
-// one of them and they hardly race; when one stops (its leave is notified),
-// the other dispatches all tenants. Every sequence
-// is dispatched exactly once throughout.
+// Dispatchers split the tenants: once each has seen the others (joins are
+// notified, so within a round trip), every tenant's batches come from one
+// of them and they hardly race; when one stops (its leave is notified),
+// the others dispatch all tenants. Every sequence is dispatched exactly
+// once throughout. In a partitioned stream they split the partitions:
+// each one's doorbell rings only its own partitions' events, every event
+// once across them; in a stream without partitions, the pairs.
 func TestDispatchersSplitTenants(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		partitioned bool
+		dispatchers []string
+	}{
+		{"partitions", true, []string{"disp-a", "disp-b", "disp-c"}},
+		{"pairs", false, []string{"disp-a", "disp-b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			splitTenants(t, tc.partitioned, tc.dispatchers)
+		})
+	}
+}
+
+func splitTenants(t *testing.T, partitioned bool, holders []string) {
 	e := setup(t, time.Minute)
+	layout := events.LayoutDefault
+	if !partitioned {
+		layout = events.Layout{}
+		e.unpartitioned()
+	}
 	var tenants []string
-	for i := range 12 {
+	for i := range 24 {
 		id := fmt.Sprintf("t%02d", i)
 		tenants = append(tenants, id)
 		e.tenant(id, 1, 4, pg)
 	}
 	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	var settled atomic.Bool
+	rung := map[string]*sync.Map{} // holder -> tenant -> *atomic.Int64, once settled
 	start := func(holder string) (*dispatch.Dispatcher, func()) {
 		d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc},
 			&dispatch.Config{Dests: []string{pg}, Holder: holder, Heartbeat: time.Second, PollInterval: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
+		rung[holder] = &sync.Map{}
+		d.SetOnBell(func(tenant string, _ uint64) {
+			if settled.Load() {
+				n, _ := rung[holder].LoadOrStore(tenant, new(atomic.Int64))
+				n.(*atomic.Int64).Add(1)
+			}
+		})
 		ctx, cancel := context.WithCancel(e.ctx)
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
@@ -75,17 +110,41 @@ func TestDispatchersSplitTenants(t *testing.T) {
 		})
 		return d, stop
 	}
-	a, _ := start("disp-a")
-	b, stopB := start("disp-b")
-	both := []string{"disp-a", "disp-b"}
-	e.waitFor("both dispatchers see each other", func() bool {
-		return slices.Equal(a.Members(), both) && slices.Equal(b.Members(), both)
-	})
+	ds := map[string]*dispatch.Dispatcher{}
+	var stopLast func()
+	for _, h := range holders {
+		ds[h], stopLast = start(h)
+	}
+	// split says the dispatchers alive see each other and, in a
+	// partitioned stream, own disjoint partitions that cover the stream.
+	split := func(alive []string) func() bool {
+		return func() bool {
+			seen := map[int]string{}
+			for _, h := range alive {
+				if !slices.Equal(ds[h].Members(), alive) {
+					return false
+				}
+				if !partitioned {
+					continue // each reads the stream's one partition
+				}
+				for _, p := range ds[h].Partitions() {
+					if seen[p] != "" {
+						return false
+					}
+					seen[p] = h
+				}
+			}
+			return !partitioned || len(seen) == layout.Count()
+		}
+	}
+	e.waitFor("the dispatchers see each other and split the partitions", split(holders))
+	time.Sleep(200 * time.Millisecond) // the doorbells' refilters are done
+	settled.Store(true)
 
 	seqs := map[string][]uint64{}
 	total := 0
 	publish := func() {
-		for range 5 {
+		for range 3 {
 			for _, id := range tenants {
 				seqs[id] = append(seqs[id], e.publish(id, 3)...)
 				total += 3
@@ -107,27 +166,52 @@ func TestDispatchersSplitTenants(t *testing.T) {
 			continue
 		}
 		owned[hs[0]]++
+		if partitioned && !slices.Contains(ds[hs[0]].Partitions(), layout.PartitionOf(tenant)) {
+			t.Errorf("tenant %s of partition %d dispatched by %s, which owns %v", tenant, layout.PartitionOf(tenant), hs[0], ds[hs[0]].Partitions())
+		}
 	}
-	if owned["disp-a"] == 0 || owned["disp-b"] == 0 {
-		t.Errorf("tenants per dispatcher %v: want both to own some", owned)
+	var moved float64
+	for _, h := range holders {
+		if owned[h] == 0 {
+			t.Errorf("tenants per dispatcher %v: want each to own some", owned)
+		}
+		moved += ds[h].Moved(pg)
+	}
+	if partitioned {
+		// Each event rung once, by its partition's owner only.
+		var rings int64
+		for _, h := range holders {
+			rung[h].Range(func(k, v any) bool {
+				tenant, n := k.(string), v.(*atomic.Int64).Load()
+				rings += n
+				if p := layout.PartitionOf(tenant); !slices.Contains(ds[h].Partitions(), p) {
+					t.Errorf("%s rang %d events of %s, of partition %d it does not own (%v)", h, n, tenant, p, ds[h].Partitions())
+				}
+				return true
+			})
+		}
+		if rings != int64(total) {
+			t.Errorf("the doorbells rang %d events, want each of the %d once", rings, total)
+		}
 	}
 	// Without the split, this run loses about 35 races. A few may be lost
 	// while a heartbeat runs late on a loaded machine (the other takes it
 	// for gone) or while one dispatcher re-parks: under the whole suite's
 	// load that has reached 5.
-	if moved := a.Moved(pg) + b.Moved(pg); moved > 8 {
-		t.Errorf("%v grants lost to the other dispatcher, want at most a few once both see each other", moved)
+	if moved > 8 {
+		t.Errorf("%v grants lost to another dispatcher, want at most a few once they see each other", moved)
 	}
 
-	// b stops: a takes every tenant over.
+	// The last one stops: the others take every tenant over.
 	mark := lastBatchID(t, e)
-	stopB()
-	e.waitFor("a alone", func() bool { return slices.Equal(a.Members(), []string{"disp-a"}) })
+	stopLast()
+	rest := holders[:len(holders)-1]
+	e.waitFor("the others alone", split(rest))
 	publish()
-	e.waitFor("the events after b stopped applied", func() bool { return applied() >= total })
+	e.waitFor("the events after the last one stopped applied", func() bool { return applied() >= total })
 	for tenant, hs := range batchHolders(t, e, mark) {
-		if !slices.Equal(hs, []string{"disp-a"}) {
-			t.Errorf("after b stopped, tenant %s dispatched by %v", tenant, hs)
+		if len(hs) != 1 || !slices.Contains(rest, hs[0]) {
+			t.Errorf("after %s stopped, tenant %s dispatched by %v", holders[len(holders)-1], tenant, hs)
 		}
 	}
 	checkExactlyOnce(t, s.snapshot(), seqs, false)

@@ -31,6 +31,7 @@ type metrics struct {
 	pruned        prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
 	scanSecond    prometheus.Histogram
 	members       prometheus.Gauge   // dispatchers alive at the last heartbeat
+	partitions    prometheus.Gauge   // partitions of PRODUCTS this dispatcher reads
 	feeds         prometheus.Gauge   // replay feeds running
 	bellPull      prometheus.Gauge   // the live doorbell's pull (paced_bell.go)
 	bellSwitches  prometheus.Counter // changes of that pull
@@ -60,7 +61,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		atLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "at_limit_total", Help: "Dispatch attempts that found the tenant at its slot limit."}, []string{"dest"}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "members", Help: "Dispatchers alive at this one's last heartbeat (fairway.dispatchers); they split the (tenant, destination) pairs between them."}),
+			Name: "members", Help: "Dispatchers alive at this one's last heartbeat (fairway.dispatchers); they split the stream's partitions (or, in a stream without partitions, the (tenant, destination) pairs) between them."}),
+		partitions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "partitions", Help: "Partitions of PRODUCTS this dispatcher reads and dispatches: its share of them at its last heartbeat (1 for a stream without partitions)."}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "cursor_moved_total", Help: "Dispatch attempts another dispatcher won."}, []string{"dest"}),
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -102,7 +105,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
 		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.priorities, m.throttled, m.rateLimited, m.backfillWaits, m.bodyWaits, m.refilled, m.read,
-		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.feeds, m.bellPull, m.bellSwitches} {
+		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.partitions, m.feeds, m.bellPull, m.bellSwitches} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

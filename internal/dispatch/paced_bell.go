@@ -45,23 +45,58 @@ type pacedBell struct {
 	mu      sync.Mutex
 	cc      jetstream.ConsumeContext
 	pull    int
+	filters []string // the owned partitions' (partReads.filters)
+	idle    bool     // no partition owned: no consumer
 	stopped bool
 	quit    chan struct{}
 	closed  chan struct{} // closed once stopped and the last consumer's handler is done
 }
 
-// startPacedBell starts the live doorbell from sequence from.
-func (d *Dispatcher) startPacedBell(ctx context.Context, from uint64, handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
-	p := &pacedBell{d: d, handle: handle, from: from, quit: make(chan struct{}), closed: make(chan struct{})}
+// startPacedBell starts the live doorbell from sequence from on the
+// partitions filters name (none: every one); idle, it starts none until
+// refilter.
+func (d *Dispatcher) startPacedBell(ctx context.Context, from uint64, filters []string, idle bool, handle jetstream.MessageHandler) (*pacedBell, error) {
+	p := &pacedBell{d: d, handle: handle, from: from, filters: filters, idle: idle, quit: make(chan struct{}), closed: make(chan struct{})}
 	p.pull = p.wantPull(doorbellPull)
-	cc, err := d.consumeStream(ctx, from, p.pull, handle, "doorbell")
-	if err != nil {
-		return nil, err
+	if !idle {
+		cc, err := d.consumeStream(ctx, from, p.pull, filters, handle, "doorbell")
+		if err != nil {
+			return nil, err
+		}
+		p.cc = cc
 	}
-	p.cc = cc
 	d.m.bellPull.Set(float64(p.pull))
 	go p.pace(ctx)
 	return p, nil
+}
+
+// refilter restarts the doorbell on other partitions (filters; idle: on
+// none) from the sequence after the last it delivered, and returns that
+// sequence, from which it delivers the partitions gained. A doorbell that
+// was idle delivered nothing for a while: it starts at the stream's end
+// (the caller scans the gained partitions' backlogs).
+func (p *pacedBell) refilter(ctx context.Context, filters []string, idle bool, gained []int) uint64 {
+	d := p.d
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return 0
+	}
+	if p.idle {
+		if last, err := d.streamLast(ctx); err == nil {
+			d.bellSeq.Store(max(d.bellSeq.Load(), last))
+		}
+	}
+	p.stopConsumer(ctx)
+	p.filters, p.idle = filters, idle
+	next := max(p.from, d.bellSeq.Load()+1)
+	for _, part := range gained {
+		d.parts.live[part].Store(next)
+	}
+	if !idle {
+		p.switchPull(ctx, p.pull)
+	}
+	return next
 }
 
 // wantPull is the pull the doorbell should have now, given it has cur.
@@ -94,7 +129,7 @@ func (p *pacedBell) pace(ctx context.Context) {
 		case <-t.C:
 		}
 		p.mu.Lock()
-		if want := p.wantPull(p.pull); (want != p.pull || p.cc == nil) && !p.stopped {
+		if want := p.wantPull(p.pull); (want != p.pull || p.cc == nil) && !p.stopped && !p.idle {
 			p.switchPull(ctx, want)
 		}
 		p.mu.Unlock()
@@ -106,17 +141,11 @@ func (p *pacedBell) pace(ctx context.Context) {
 // consumer that cannot start is tried again at the next tick (p.cc nil).
 func (p *pacedBell) switchPull(ctx context.Context, pull int) {
 	d := p.d
-	if p.cc != nil {
-		p.cc.Stop()
-		select {
-		case <-p.cc.Closed(): // the handler has returned for the last time
-		case <-ctx.Done():
-			return
-		}
-		p.cc = nil
+	if !p.stopConsumer(ctx) {
+		return
 	}
 	next := max(p.from, d.bellSeq.Load()+1)
-	cc, err := d.consumeStream(ctx, next, pull, p.handle, "doorbell")
+	cc, err := d.consumeStream(ctx, next, pull, p.filters, p.handle, "doorbell")
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("restarting the doorbell failed; retrying", "from", next, "err", err)
@@ -128,6 +157,22 @@ func (p *pacedBell) switchPull(ctx context.Context, pull int) {
 	p.cc, p.pull = cc, pull
 	d.m.bellSwitches.Inc()
 	d.m.bellPull.Set(float64(pull))
+}
+
+// stopConsumer stops the consumer and waits for its handler to return for
+// the last time; false when ctx ended first. p.mu must be held.
+func (p *pacedBell) stopConsumer(ctx context.Context) bool {
+	if p.cc == nil {
+		return true
+	}
+	p.cc.Stop()
+	select {
+	case <-p.cc.Closed(): // the handler has returned for the last time
+	case <-ctx.Done():
+		return false
+	}
+	p.cc = nil
+	return true
 }
 
 // Stop stops the doorbell; later calls do nothing.

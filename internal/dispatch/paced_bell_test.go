@@ -31,11 +31,10 @@ func TestDoorbellClosedOnlyWhenStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := d.startPacedBell(ctx, 1, func(jetstream.Msg) {})
+	p, err := d.startPacedBell(ctx, 1, nil, false, func(jetstream.Msg) {})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := cc.(*pacedBell)
 	closed := p.Closed()
 	p.mu.Lock()
 	p.switchPull(ctx, doorbellPull)

@@ -14,7 +14,7 @@ import (
 func TestGrantsServeTheHighestPriorityWaiting(t *testing.T) {
 	t.Parallel()
 	d, x, sched := grantingDestination(t)
-	d.liveFrom.Store(1)
+	d.readsFrom(0, 1)
 	x.seed(tenancy.PairState{Tenant: "acme", NextSeq: 1, HighNext: 1, BulkNext: 1, Weight: 1}, events.PriorityNormal, 30, 1, denseRun{})
 	x.seed(tenancy.PairState{Tenant: "acme", NextSeq: 1, HighNext: 1, BulkNext: 1, Weight: 1}, events.PriorityBulk, 500, 31, denseRun{})
 	x.seed(tenancy.PairState{Tenant: "acme", NextSeq: 1, HighNext: 1, BulkNext: 1, Weight: 1}, events.PriorityHigh, 5, 900, denseRun{})

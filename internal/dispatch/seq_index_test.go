@@ -275,7 +275,7 @@ func testScheduler(t *testing.T, sc scheduler.Config) *scheduler.Scheduler {
 func grantingDestination(t *testing.T) (*Dispatcher, *destination, *scheduler.Scheduler) {
 	t.Helper()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10, GrantBatches: 4}).WithDefaults()
-	d := &Dispatcher{cfg: cfg}
+	d := &Dispatcher{cfg: cfg, parts: newPartReads(events.Layout{})}
 	sc := scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches}
 	sched, err := scheduler.New(sc)
 	if err != nil {
@@ -314,8 +314,7 @@ func TestBackfillKeepsScanBacklog(t *testing.T) {
 func TestGrantCutsWhatBackfillDelivered(t *testing.T) {
 	t.Parallel()
 	d, x, _ := grantingDestination(t)
-	d.backFrom.Store(1)
-	d.liveFrom.Store(1001) // the backfill covers 1..1000, and has delivered up to 32
+	d.readsFrom(1, 1001) // the backfill covers 1..1000, and has delivered up to 32
 	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{})
 	x.seed(tenancy.PairState{Tenant: "late", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 40, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
@@ -365,14 +364,14 @@ func TestCaughtUp(t *testing.T) {
 func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	t.Parallel()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10}).WithDefaults()
-	d := &Dispatcher{cfg: cfg}
+	d := &Dispatcher{cfg: cfg, parts: newPartReads(events.Layout{})}
 	sc := scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize}
 	sched, err := scheduler.New(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := newDestination(d, "postgres", sched, testScheduler(t, sc))
-	d.liveFrom.Store(1) // the doorbell follows the stream from its start
+	d.readsFrom(0, 1) // the doorbell follows the stream from its start
 	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, events.PriorityNormal, 0, 0, denseRun{})
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 100; seq++ {
@@ -391,7 +390,7 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	// alone: a floor there would make fromIndex read PRODUCTS for the
 	// tenant's next live events (the 10,000-tenant benchmark's second
 	// round took 17 s instead of 5).
-	d.liveFrom.Store(200)
+	d.readsFrom(0, 200)
 	x.seed(tenancy.PairState{Tenant: "fresh", NextSeq: 150, Weight: 1}, events.PriorityNormal, 0, 0, denseRun{})
 	x.mu.Lock()
 	floor := x.tenants["fresh"].live.floor
@@ -511,8 +510,7 @@ func soloInBackfill(t *testing.T) (x *destination, sched *scheduler.Scheduler, m
 		t.Fatal(err)
 	}
 	d.m = m
-	d.backFrom.Store(1)
-	d.liveFrom.Store(1001)
+	d.readsFrom(1, 1001)
 	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{})
 	ts = x.state("solo")
 	k = x.key("solo")
@@ -594,8 +592,7 @@ func TestNewTenantDoesNotWaitForBackfill(t *testing.T) {
 	}
 	d.m = m
 	d.before = map[string]bool{"old": true}
-	d.backFrom.Store(1)
-	d.liveFrom.Store(1001) // the backfill covers 1..1000 and is still on its way
+	d.readsFrom(1, 1001) // the backfill covers 1..1000 and is still on its way
 	at := time.Unix(1_764_000_000, 0)
 	d.rung.Store("new", uint64(1001))
 	x.bell("new", events.PriorityNormal, 1001, at, nil, false)

@@ -75,6 +75,20 @@ func setup(t *testing.T, ttl time.Duration) *env {
 	return &env{t: t, ctx: ctx, dsn: dsn, pool: pool, st: st, nc: nc, url: srv.ClientURL(), js: js, pub: pub}
 }
 
+// unpartitioned replaces PRODUCTS with a stream created before
+// partitions (no subject transform); call it before publishing.
+func (e *env) unpartitioned() {
+	e.t.Helper()
+	if err := e.js.DeleteStream(e.ctx, events.StreamName); err != nil {
+		e.t.Fatal(err)
+	}
+	cfg := events.StreamConfig{}.JetStreamConfig()
+	cfg.SubjectTransform = nil
+	if _, err := e.js.CreateStream(e.ctx, cfg); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // tenant creates a tenant with a weight and a limit in dests.
 func (e *env) tenant(id string, weight, limit int, dests ...string) {
 	e.t.Helper()

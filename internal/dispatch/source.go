@@ -76,22 +76,23 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 }
 
 // liveCovers says the live index holds every event of the tenant from
-// cursor on: the cursor is past where the doorbell started and what the
-// index dropped, or the tenant is fresh (its index holds its every event)
-// and nothing it dropped lies past the cursor. False before the doorbell
-// started. x.mu must be held.
+// cursor on: the cursor is past where the doorbell started delivering the
+// tenant's partition and what the index dropped, or the tenant is fresh
+// (its index holds its every event) and nothing it dropped lies past the
+// cursor. False before the doorbell started, and while this dispatcher
+// does not read the tenant's partition. x.mu must be held.
 func (x *destination) liveCovers(ts *tenantState, cursor uint64) bool {
-	lf := x.d.liveFrom.Load()
-	return lf != 0 && (cursor >= max(lf, ts.live.floor) || ts.fresh && cursor >= ts.live.floor)
+	lf, pf := x.d.liveFrom.Load(), x.d.parts.liveFrom(ts.part)
+	return lf != 0 && pf != 0 && (cursor >= max(pf, ts.live.floor) || ts.fresh && pf == lf && cursor >= ts.live.floor)
 }
 
 // backCovers says cursor is in the start-up backfill's region and past
-// what the tenant's backfill index dropped: that index holds the tenant's
-// events from cursor on as far as the backfill has delivered them.
-// x.mu must be held.
+// what the tenant's backfill index dropped, and the backfill delivers the
+// tenant's partition: that index holds the tenant's events from cursor on
+// as far as the backfill has delivered them. x.mu must be held.
 func (x *destination) backCovers(ts *tenantState, cursor uint64) bool {
 	bf := x.d.backFrom.Load()
-	return bf != 0 && cursor >= max(bf, ts.back.floor)
+	return bf != 0 && x.d.parts.backfilled(ts.part) && cursor >= max(bf, ts.back.floor)
 }
 
 // readMax is how many events a grant of up to n events reads from

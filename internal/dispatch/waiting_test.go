@@ -3,6 +3,8 @@ package dispatch
 import (
 	"testing"
 	"time"
+
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // The backlog a doorbell ring gives the scheduler is the number of the
@@ -67,9 +69,8 @@ func TestWaitingCountsIndexedEvents(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			d := &Dispatcher{}
-			d.liveFrom.Store(liveFrom)
-			d.backFrom.Store(backFrom)
+			d := &Dispatcher{parts: newPartReads(events.Layout{})}
+			d.readsFrom(backFrom, liveFrom)
 			d.backDone.Store(c.backDone)
 			x := &destination{d: d, tenants: map[string]*tenantState{}}
 			ts := &tenantState{weight: 1}

@@ -64,3 +64,55 @@ SELECT pg_notify('`+NotifyChannel+`', '`+notifyMembers+`') FROM d`, holder); err
 	}
 	return nil
 }
+
+// Dispatcher is one row of fairway.dispatchers.
+type Dispatcher struct {
+	Holder string
+	SeenAt time.Time
+	// Partitions are the partitions of PRODUCTS it reads, as it last
+	// recorded them (SetPartitions); nil when it recorded none (its
+	// stream has no partitions).
+	Partitions []int
+}
+
+// SetPartitions records the partitions of PRODUCTS the dispatcher holder
+// reads, for status. One statement; nothing when holder has no row.
+func (s *Store) SetPartitions(ctx context.Context, holder string, parts []int) error {
+	if parts == nil {
+		parts = []int{}
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE fairway.dispatchers SET partitions = $2 WHERE holder = $1`, holder, parts); err != nil {
+		return fmt.Errorf("set partitions of %s: %w", holder, err)
+	}
+	return nil
+}
+
+// Dispatchers returns the dispatchers seen within ttl, sorted by holder.
+func (s *Store) Dispatchers(ctx context.Context, ttl time.Duration) ([]Dispatcher, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT holder, seen_at, partitions FROM fairway.dispatchers
+WHERE seen_at >= now() - $1::interval ORDER BY holder`, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("dispatchers: %w", err)
+	}
+	defer rows.Close()
+	var out []Dispatcher
+	for rows.Next() {
+		var d Dispatcher
+		var parts []int32
+		if err := rows.Scan(&d.Holder, &d.SeenAt, &parts); err != nil {
+			return nil, fmt.Errorf("dispatchers: %w", err)
+		}
+		if parts != nil {
+			d.Partitions = make([]int, len(parts))
+			for i, p := range parts {
+				d.Partitions[i] = int(p)
+			}
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dispatchers: %w", err)
+	}
+	return out, nil
+}

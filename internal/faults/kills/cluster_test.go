@@ -34,6 +34,10 @@ const (
 	extendEvery = time.Second
 	ackWait     = 5 * time.Second
 	batchSize   = 50
+	// dispatchers split the stream's partitions, heartbeating every
+	// heartbeat: a killed one's partitions are taken over within 3.
+	dispatchers = 3
+	heartbeat   = time.Second
 	// startTimeout bounds one process start (migrations, connections):
 	// generous, the machine may be busy.
 	startTimeout = 3 * time.Minute
@@ -66,7 +70,7 @@ func (c *cluster) procs() []*proc {
 }
 
 // startCluster builds the binaries, prepares the servers, tenants and
-// partners, and starts 1 ingest, 2 dispatchers and 2 sinks per destination.
+// partners, and starts 1 ingest, 3 dispatchers and 2 sinks per destination.
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	bin := testenv.BuildServices(t)
@@ -132,7 +136,7 @@ func startCluster(t *testing.T) *cluster {
 	c.ingest = newProc(logs, "ingest", filepath.Join(bin, "ingest"), nil, func(int) []string {
 		return append(append([]string(nil), common...), "--node", "chaos-ingest", "--spool-dir", filepath.Join(logs, "spool"))
 	})
-	for i := range 2 {
+	for i := range dispatchers {
 		name := fmt.Sprintf("dispatcher-%d", i+1)
 		c.dispatchers = append(c.dispatchers, newProc(logs, name, filepath.Join(bin, "dispatcher"), nil, func(inc int) []string {
 			return append(append([]string(nil), common...),
@@ -141,6 +145,7 @@ func startCluster(t *testing.T) *cluster {
 				"--lease-ttl", leaseTTL.String(),
 				"--batch-size", strconv.Itoa(batchSize),
 				"--recover-interval", "1s",
+				"--heartbeat", heartbeat.String(),
 				"--poll-interval", "10s")
 		}))
 	}
@@ -171,7 +176,7 @@ func startCluster(t *testing.T) *cluster {
 	})
 	// First one of each kind (the sinks create their tables), then the rest.
 	first := []*proc{c.ingest, c.dispatchers[0], c.sinks[0], c.sinks[2], c.sinks[4]}
-	rest := []*proc{c.dispatchers[1], c.sinks[1], c.sinks[3], c.sinks[5]}
+	rest := append(c.dispatchers[1:], c.sinks[1], c.sinks[3], c.sinks[5])
 	c.startAll(first)
 	c.startAll(rest)
 	addr, err := c.ingest.waitListening(startTimeout)

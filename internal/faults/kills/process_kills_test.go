@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
+	"github.com/jackc/pgx/v5"
 )
 
 // Knobs: FAIRWAY_CHAOS_KILLS (default 20) and FAIRWAY_CHAOS_INTERVAL, the
@@ -61,6 +63,7 @@ func TestProcessKills(t *testing.T) {
 
 	victims := append(append([]*proc(nil), c.dispatchers...), c.sinks...)
 	killed := map[string]int{}
+	var takeovers []time.Duration
 	replays := 0
 	var lastKill time.Time
 	for i := range kills {
@@ -69,11 +72,15 @@ func TestProcessKills(t *testing.T) {
 		}
 		time.Sleep(time.Duration(float64(interval) * (0.5 + rand.Float64())))
 		p := victims[rand.IntN(len(victims))]
+		holder := p.name + "-" + strconv.Itoa(p.starts)
 		lastKill = time.Now()
 		p.kill()
 		killed[p.name]++
 		if err := p.start(); err != nil {
 			t.Fatal(err)
+		}
+		if slices.Contains(c.dispatchers, p) {
+			takeovers = append(takeovers, c.takeover(t, holder, lastKill))
 		}
 		if _, err := p.waitListening(startTimeout); err != nil {
 			t.Fatalf("after kill %d: %v", i+1, err)
@@ -152,6 +159,46 @@ func TestProcessKills(t *testing.T) {
 	t.Logf("slots: %d samples (%d failed), max over limit %d, max in use %d (limit %d), samples with a pair at its limit %d",
 		slots.samples, slots.errors, slots.maxOver, slots.maxInUse, maxSlots, slots.atLimit)
 	t.Logf("time to drain after the last kill: %s", drained.Round(100*time.Millisecond))
+	slices.Sort(takeovers)
+	t.Logf("partitions of a killed dispatcher taken over after (heartbeat %s): %v", heartbeat, takeovers)
+}
+
+// takeover waits until another dispatcher alive reads every partition the
+// killed dispatcher holder read, and returns how long after killed that
+// was. Over 3 heartbeats (and a second for the new owner to record it) is
+// an error.
+func (c *cluster) takeover(t *testing.T, holder string, killed time.Time) time.Duration {
+	t.Helper()
+	limit := 3*heartbeat + time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 3*limit)
+	defer cancel()
+	var parts []int32
+	if err := c.pool.QueryRow(ctx, `SELECT coalesce(partitions, '{}') FROM fairway.dispatchers WHERE holder = $1`, holder).Scan(&parts); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0 // killed before its first heartbeat: it read nothing
+		}
+		t.Fatalf("partitions of %s: %v", holder, err)
+	}
+	for {
+		var left int
+		err := c.pool.QueryRow(ctx, `
+SELECT count(*) FROM unnest($1::int[]) p
+WHERE NOT EXISTS (SELECT 1 FROM fairway.dispatchers d
+                  WHERE d.holder <> $2 AND d.seen_at >= now() - $3::interval AND p = ANY (d.partitions))`,
+			parts, holder, 2*heartbeat).Scan(&left)
+		took := time.Since(killed)
+		switch {
+		case err != nil:
+			t.Errorf("partitions of the killed %s: %v", holder, err)
+			return took
+		case left == 0:
+			if took > limit {
+				t.Errorf("the partitions %v of the killed %s were taken over after %s, want within %s (3 heartbeats)", parts, holder, took.Round(10*time.Millisecond), limit)
+			}
+			return took.Round(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // startReplay replays a random tenant's events to a random destination
