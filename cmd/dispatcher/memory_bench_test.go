@@ -40,7 +40,7 @@ func BenchmarkDispatcherMemory(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	bin := testenv.BuildServices(b)
-	url, dsn, st, pubs := benchSetup(b, ctx)
+	url, dsn, st, pubs, _ := benchSetup(b, ctx)
 	for i := range tenants {
 		if _, err := st.EnsureTenant(ctx, fmt.Sprintf("t%04d", i)); err != nil {
 			b.Fatal(err)
@@ -86,13 +86,13 @@ func BenchmarkDispatcherMemory(b *testing.B) {
 // (testenv.BenchNATS) with PRODUCTS and WORK, and a fresh PostgreSQL
 // database, migrated; it returns them with a store and 4 publishers, each
 // on a connection of its own. Cleanup stops the server.
-func benchSetup(b *testing.B, ctx context.Context) (url, dsn string, st *tenancy.Store, pubs []*events.Publisher) {
+func benchSetup(b *testing.B, ctx context.Context) (url, dsn string, st *tenancy.Store, pubs []*events.Publisher, server *testenv.NATSChild) {
 	b.Helper()
 	pool, dsn := testenv.NewPool(b)
 	if _, err := migrate.Up(ctx, dsn); err != nil {
 		b.Fatalf("migrate: %v", err)
 	}
-	url, _, stop := testenv.BenchNATS(b)
+	url, server, stop := testenv.BenchNATS(b)
 	b.Cleanup(stop)
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -127,7 +127,7 @@ func benchSetup(b *testing.B, ctx context.Context) (url, dsn string, st *tenancy
 			b.Fatal(err)
 		}
 	}
-	return url, dsn, st, pubs
+	return url, dsn, st, pubs, server
 }
 
 // backfilled returns the events the dispatcher's backfill delivered so

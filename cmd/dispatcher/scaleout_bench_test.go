@@ -28,9 +28,9 @@ import (
 // (10 minutes) that never bind, as no sink takes the work. The clock runs
 // from the dispatchers' start until their work items cover every event
 // (fairway_dispatcher_events_total summed over them). It reports the
-// drain's events/s, each dispatcher's share, and the dispatchers' CPU
-// (user + system, from /proc) per event: flat as dispatchers are added
-// when each reads only its partitions.
+// drain's events/s, each dispatcher's share, the dispatchers' CPU (user
+// + system) per event, flat as dispatchers are added when each reads only
+// its partitions, and the NATS server's.
 func BenchmarkDispatchersScaleOut(b *testing.B) {
 	n := testenv.EnvInt(b, "FAIRWAY_BENCH_EVENTS", 1_000_000)
 	counts := []int{1, 2, 3}
@@ -59,7 +59,7 @@ func scaleOut(b *testing.B, bin string, count, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	b.StopTimer()
-	url, dsn, st, pubs := benchSetup(b, ctx)
+	url, dsn, st, pubs, server := benchSetup(b, ctx)
 	tenant := func(i int) string { return fmt.Sprintf("t%03d", i) }
 	for i := range floods + small {
 		if _, err := st.EnsureTenant(ctx, tenant(i)); err != nil {
@@ -93,6 +93,10 @@ func scaleOut(b *testing.B, bin string, count, n int) {
 			"--nats-url", url, "--database-url", dsn, "--listen", ds[i].listen, "--log-level", "warn",
 			"--dest", "postgres", "--holder", fmt.Sprintf("scale-%d", i+1), "--lease-ttl", "10m")
 		ds[i].cmd.Stderr = os.Stderr
+	}
+	var serverFrom time.Duration
+	if server != nil {
+		serverFrom, _ = server.CPU()
 	}
 	b.StartTimer()
 	start := time.Now()
@@ -130,7 +134,18 @@ func scaleOut(b *testing.B, bin string, count, n int) {
 	sum, each := dispatched()
 	var cpu time.Duration
 	for _, d := range ds {
-		cpu += procCPU(b, d.cmd.Process.Pid)
+		used, _, err := testenv.ProcessCPU(d.cmd.Process.Pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu += used
+	}
+	var serverCPU time.Duration
+	if server != nil {
+		if to, err := server.CPU(); err == nil {
+			serverCPU = to - serverFrom
+			b.ReportMetric(float64(serverCPU.Microseconds())/float64(total), "server_cpu_us/event")
+		}
 	}
 	b.ReportMetric(float64(total)/took.Seconds(), "events/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(total), "cpu_us/event")
@@ -138,11 +153,15 @@ func scaleOut(b *testing.B, bin string, count, n int) {
 	b.ReportMetric(0, "ns/op")
 	var shares []string
 	for i, v := range each {
-		shares = append(shares, fmt.Sprintf("scale-%d %.0f (%.0f/s)", i+1, v, v/took.Seconds()))
+		var sources []string
+		for _, src := range []string{"index", "dense", "read"} {
+			sources = append(sources, fmt.Sprintf("%s %.0f", src, metric(ds[i].listen, `fairway_dispatcher_grants_total{dest="postgres",source="`+src+`"} `)))
+		}
+		shares = append(shares, fmt.Sprintf("scale-%d %.0f (%.0f/s; grants: %s)", i+1, v, v/took.Seconds(), strings.Join(sources, ", ")))
 	}
-	b.Logf("%d dispatchers: %d events (%.0f dispatched) in %s, %.0f events/s; CPU %s, %.2f µs/event; per dispatcher: %s",
+	b.Logf("%d dispatchers: %d events (%.0f dispatched) in %s, %.0f events/s; dispatchers' CPU %s, %.2f µs/event; NATS server's CPU %s, %.2f µs/event; per dispatcher: %s",
 		count, total, sum, took.Round(time.Millisecond), float64(total)/took.Seconds(), cpu.Round(time.Millisecond),
-		float64(cpu.Microseconds())/float64(total), strings.Join(shares, ", "))
+		float64(cpu.Microseconds())/float64(total), serverCPU.Round(time.Millisecond), float64(serverCPU.Microseconds())/float64(total), strings.Join(shares, ", "))
 }
 
 // metric reads one sample (the line's prefix up to the value) from a
@@ -161,21 +180,4 @@ func metric(listen, prefix string) float64 {
 		}
 	}
 	return 0
-}
-
-// procCPU is the user and system CPU time a process has used so far
-// (/proc/<pid>/stat, in clock ticks of 10 ms).
-func procCPU(tb testing.TB, pid int) time.Duration {
-	tb.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	// The fields after the command's closing parenthesis: state is the
-	// first, utime the 12th and stime the 13th.
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
 }

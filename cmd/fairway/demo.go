@@ -101,7 +101,7 @@ func (c *cli) runDemo(ctx context.Context, cfg demo.Config, listen, database str
 	p.Go(sampler.Run)
 	tokens, authLine := dashboardTokens(ln, false, p.Store)
 	dash, err := dashboard.New(dashboard.Deps{
-		Status: &status.Source{Pairs: p.Store, Reader: work.NewReader(p.NC, ""), JS: p.JS},
+		Status: &status.Source{Pairs: p.Store, Reader: work.NewReader(p.NC, ""), JS: p.JS, Dispatchers: p.Store},
 		Dests:  sampler,
 		Tokens: tokens,
 	}, &dashboard.Config{Logger: log})

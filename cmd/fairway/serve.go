@@ -113,7 +113,7 @@ func (c *cli) runServe(ctx context.Context, listen string, requireToken bool, si
 	if err != nil {
 		return err
 	}
-	deps := dashboard.Deps{Status: &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}, Partners: partners, Tokens: tokens}
+	deps := dashboard.Deps{Status: &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js, Dispatchers: st}, Partners: partners, Tokens: tokens}
 	metricsLine := "no --sink-metrics: events/s and p95 read \"no data\""
 	if len(sources) > 0 {
 		sampler, err := dashboard.NewSampler(&dashboard.SamplerConfig{Logger: log}, sources...)

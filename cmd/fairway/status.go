@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -16,7 +17,7 @@ import (
 
 func (c *cli) statusCmd() *cobra.Command {
 	var tenant string
-	var asJSON bool
+	var asJSON, partitions bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Per tenant and destination: backlog, oldest waiting event, slots in use, weight, dead letters, and why work waits",
@@ -32,10 +33,13 @@ func (c *cli) statusCmd() *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			src := &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js}
+			src := &status.Source{Pairs: st, Reader: work.NewReader(nc, ""), JS: js, Dispatchers: st}
 			rows, err := src.Rows(cmd.Context(), tenant)
 			if err != nil {
 				return err
+			}
+			if partitions {
+				return c.printPartitions(cmd.Context(), src, rows, asJSON)
 			}
 			if asJSON {
 				enc := json.NewEncoder(c.out)
@@ -64,13 +68,48 @@ func (c *cli) statusCmd() *cobra.Command {
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			return c.printQuotas(cmd.Context(), st, tenant)
+			if err := c.printQuotas(cmd.Context(), st, tenant); err != nil {
+				return err
+			}
+			if tenant != "" {
+				return nil
+			}
+			fmt.Fprintln(c.out)
+			return c.printPartitions(cmd.Context(), src, rows, false)
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
+	cmd.Flags().BoolVar(&partitions, "partitions", false, "print only the partitions of PRODUCTS: the dispatcher reading each and its backlog")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	c.addFlags(cmd.Flags(), usesDatabase|usesNATS|usesLog)
 	return cmd
+}
+
+// printPartitions prints the partitions of PRODUCTS, the dispatcher
+// reading each and their backlog (from rows), as a table or JSON.
+func (c *cli) printPartitions(ctx context.Context, src *status.Source, rows []status.Row, asJSON bool) error {
+	layout, parts, err := src.Partitions(ctx, rows)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(c.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(parts)
+	}
+	if layout.Partitions == 0 {
+		fmt.Fprintln(c.out, "PRODUCTS has no partitions: every dispatcher reads it whole and they split the (tenant, destination) pairs.")
+	}
+	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PARTITION\tDISPATCHER\tSEEN\tBACKLOG\tTENANTS WAITING")
+	for _, p := range parts {
+		who, seen := p.Dispatcher, p.Seen.Round(100*time.Millisecond).String()
+		if who == "" {
+			who, seen = "(none)", "-"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\n", p.Partition, who, seen, p.Backlog, p.Tenants)
+	}
+	return w.Flush()
 }
 
 // jetstream connects to NATS (--nats-url and the credentials and TLS

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/bearer"
 	"github.com/fairwayhq/fairway/internal/status"
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // Defaults and bounds for Config.
@@ -33,6 +34,13 @@ const Path = "/ui"
 // *status.Source is one.
 type StatusSource interface {
 	Rows(ctx context.Context, tenant string) ([]status.Row, error)
+}
+
+// PartitionSource gives the partitions of PRODUCTS from the status rows;
+// *status.Source is one. A StatusSource that is one has its partitions
+// shown to admins.
+type PartitionSource interface {
+	Partitions(ctx context.Context, rows []status.Row) (events.Layout, []status.Partition, error)
 }
 
 // DestSource gives per-destination throughput and latency; *Sampler is one.
@@ -303,6 +311,13 @@ func (d *Dashboard) read(ctx context.Context) statusRead {
 		return rd
 	}
 	rd.rows, rd.ranking = rows, rank(rows)
+	if ps, ok := d.status.(PartitionSource); ok {
+		if _, parts, err := ps.Partitions(ctx, rows); err != nil {
+			d.cfg.Logger.Warn("dashboard: read partitions", "err", err)
+		} else {
+			rd.base.Partitions = parts
+		}
+	}
 	var stats []DestStats
 	if d.dests != nil {
 		stats = d.dests.DestStats()

@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/status"
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 type fakeStatus struct {
@@ -243,5 +245,34 @@ func TestConfig(t *testing.T) {
 		if _, err := New(Deps{Status: &fakeStatus{}}, &c); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: %v", c, err)
 		}
+	}
+}
+
+// partitionedStatus is a status source that also tells the partitions.
+type partitionedStatus struct {
+	fakeStatus
+	parts []status.Partition
+}
+
+func (p *partitionedStatus) Partitions(context.Context, []status.Row) (events.Layout, []status.Partition, error) {
+	return events.Layout{Partitions: len(p.parts)}, p.parts, nil
+}
+
+// An admin's snapshot lists the partitions of PRODUCTS and who reads them
+// when the status source tells them; a tenant's view does not.
+func TestSnapshotListsPartitionsToAdmins(t *testing.T) {
+	t.Parallel()
+	parts := []status.Partition{{Partition: 0, Dispatcher: "disp-a", Backlog: 7, Tenants: 1}, {Partition: 1, Dispatcher: "disp-b"}}
+	src := &partitionedStatus{fakeStatus: fakeStatus{rows: []status.Row{{Tenant: "acme", Dest: "postgres", Backlog: 7}}}, parts: parts}
+	d, err := New(Deps{Status: src}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, ok := d.Snapshot(context.Background(), Query{})
+	if !ok || !reflect.DeepEqual(snap.Partitions, parts) {
+		t.Errorf("admin snapshot partitions %+v, want %+v", snap.Partitions, parts)
+	}
+	if snap, _ := d.TenantSnapshot(context.Background(), "acme", Query{}); snap.Partitions != nil {
+		t.Errorf("a tenant's view lists the partitions: %+v", snap.Partitions)
 	}
 }

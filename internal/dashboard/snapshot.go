@@ -37,6 +37,10 @@ type Snapshot struct {
 	// name), PageSize of them from the (Page-1)*PageSize-th, each tenant's
 	// rows by destination.
 	Rows []TenantRow `json:"rows"`
+	// Partitions are PRODUCTS' partitions, the dispatcher reading each
+	// and their backlog (status.Source.Partitions), in an admin's view
+	// when the status source tells them.
+	Partitions []status.Partition `json:"partitions,omitempty"`
 	// MaxBacklog is the largest backlog of one (tenant, destination) among
 	// every tenant of the view: the page scales its backlog bars to it,
 	// the same on every page and with any filter.

@@ -159,10 +159,11 @@ func (x *destination) attachBody(tenant string, p events.Priority, seq uint64, b
 	return true
 }
 
-// indexOf is the index that holds seq: the doorbell's from liveFrom on,
-// else the backfill's. x.mu must be held.
+// indexOf is the index that holds seq: the doorbell's from where it
+// began delivering the tenant's partition on, else the backfill's. x.mu
+// must be held.
 func (x *destination) indexOf(ts *tenantState, seq uint64) *seqIndex {
-	if lf := x.d.liveFrom.Load(); lf != 0 && seq >= lf {
+	if lf := x.d.parts.liveFrom(ts.part); lf != 0 && seq >= lf {
 		return &ts.live
 	}
 	return &ts.back

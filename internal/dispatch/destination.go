@@ -103,15 +103,18 @@ type tenantState struct {
 	// back for the refill to bring its bodies (carried).
 	bodyWaited bool
 	bodyNeed   int
-	part       int      // the tenant's partition (partitions.go)
-	live       seqIndex // sequences the doorbell delivered (from Dispatcher.liveFrom)
+	part       int // the tenant's partition (partitions.go)
+	// gap: the tenant has no event of its priority in [gap.from, gap.to)
+	// (the scan's probe from its cursor; pastGap).
+	gap  struct{ from, to uint64 }
+	live seqIndex // sequences the doorbell delivered (from its partition's partRead.live)
 	// fresh: the tenant had no event before Dispatcher.liveFrom and the
 	// doorbell rang none before this state existed, so live holds every
 	// event of the tenant from its first (Dispatcher.fresh): a grant from
 	// a cursor below liveFrom (1, for a tenant new to the destination)
 	// cuts from live without reading PRODUCTS.
 	fresh bool
-	back  seqIndex // sequences the backfill delivered (Dispatcher.backFrom up to liveFrom-1)
+	back  seqIndex // sequences the backfill delivered (its partition's partRead.backFrom up to live-1)
 
 	// In a replay lane, the replay ends before replayUntil
 	// (tenancy.PairState) and runs at replayRate events/s (0:
@@ -194,7 +197,7 @@ func (x *destination) stateRinging(tenant string, p events.Priority, ringing uin
 		// The doorbell and backfill delivered what came before without
 		// this state: its index starts at what they deliver now, unless
 		// they delivered nothing of the tenant's events of p before.
-		ts.live.floor, ts.back.floor = x.d.bellSeq.Load(), x.d.backSeq.Load()
+		ts.live.floor, ts.back.floor = x.d.bellSeq(ts.part), x.d.parts.backSeq(ts.part)
 		if !x.replay && x.d.fresh(key, ts.part, ringing) {
 			ts.fresh, ts.live.floor = true, 0
 		}
@@ -367,7 +370,7 @@ func (x *destination) finish(ts *tenantState, next uint64, n int, pending, bells
 // as take does: its floor below liveFrom would say it lost events it never
 // had (fromIndex). x.mu must be held.
 func (x *destination) forgetBelow(ts *tenantState, cursor uint64) {
-	if lf := x.d.liveFrom.Load(); lf != 0 && cursor >= lf {
+	if lf := x.d.parts.liveFrom(ts.part); lf != 0 && cursor >= lf {
 		ts.live.trim(cursor)
 	}
 	ts.back.trim(cursor)
@@ -430,11 +433,11 @@ func (x *destination) waiting(ts *tenantState) int64 {
 	case ts.cursor == 0 || ts.live.floor != 0:
 		// The cursor is unknown, or the live index does not follow on
 		// from the backfill's: only the span is known.
-	case x.d.backDone.Load() && x.backCovers(ts, ts.cursor):
+	case x.d.parts.backDone(ts.part) && x.backCovers(ts, ts.cursor):
 		// From the backfill's region on: what it delivered, then the
 		// doorbell's.
 		n = int64(ts.back.count() + ts.live.count())
-	case x.d.backFrom.Load() != 0 && x.d.parts.backfilled(ts.part) && ts.backExpect > 0 && ts.cursor <= ts.backFirst:
+	case x.d.parts.backfilled(ts.part) && ts.backExpect > 0 && ts.cursor <= ts.backFirst:
 		// The backfill is on its way, nothing of the tenant dispatched
 		// yet: what the start-up scan counted, then the doorbell's.
 		n = int64(ts.backExpect) + int64(ts.live.count())
@@ -478,7 +481,10 @@ func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, fir
 		last += backlog - 1
 	}
 	ts.lastSeq = max(ts.lastSeq, last)
-	if !x.replay && !x.d.backDone.Load() && ts.backExpect == 0 && first > 0 {
+	if !x.replay && first > next {
+		ts.gap.from, ts.gap.to = next, first
+	}
+	if !x.replay && !x.d.parts.backDone(ts.part) && ts.backExpect == 0 && first > 0 {
 		ts.backFirst, ts.backExpect = first, backlog
 	}
 	granted := ts.granted

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -325,6 +326,23 @@ func (d *Dispatcher) denseBacklog(ctx context.Context, tenant string, p events.P
 	return denseRun{low: cursor, from: first, until: last + 1}, nil
 }
 
+// startBackfill starts the backfill of parts from sequence from through
+// until (none when from is past until) and marks their index exact for
+// that region once it is delivered (partRead); nil when there is none.
+func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, parts []int) (jetstream.ConsumeContext, error) {
+	if from > until || len(parts) == 0 {
+		for _, p := range parts {
+			d.parts.parts[p].backDone.Store(true)
+		}
+		return nil, nil
+	}
+	for _, p := range parts {
+		d.parts.parts[p].backSeq.Store(0)
+		d.parts.parts[p].backFrom.Store(from)
+	}
+	return d.startDoorbell(ctx, from, until, parts)
+}
+
 // backfillFrom is where the backfill starts: the oldest event waiting to
 // be dispatched, but at most Config.Backfill sequences before the end.
 // Above lastSeq means no backfill.
@@ -350,8 +368,10 @@ func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 // on the doorbell connection (Deps.Doorbell). Both read the partitions
 // this dispatcher owns (filters: partReads.filters); idle, the doorbell
 // reads none until they move (moveParts).
-func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, filters []string, idle bool) (jetstream.ConsumeContext, error) {
+func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, parts []int) (jetstream.ConsumeContext, error) {
 	backfill := until > 0
+	filters := d.parts.filters(parts)
+	bellSeq := new(atomic.Uint64)
 	reached := make(chan struct{})
 	var once sync.Once
 	handle := func(m jetstream.Msg) {
@@ -367,12 +387,13 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, filt
 		// Filtered on partitions, the backfill may see no event at until:
 		// nothing more pending for its filter is the end too.
 		last := backfill && (seq == until || md.NumPending == 0)
-		if backfill {
-			d.backSeq.Store(seq)
-		} else {
-			d.bellSeq.Store(seq)
+		if !backfill {
+			bellSeq.Store(seq)
 		}
 		tenant, op, prio, ok := parseSubject(m.Subject())
+		if ok && backfill {
+			d.parts.parts[d.parts.layout.PartitionOf(tenant)].backSeq.Store(seq)
+		}
 		if ok {
 			source := "doorbell"
 			if backfill {
@@ -411,12 +432,7 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, filt
 		}
 	}
 	if !backfill {
-		bell, err := d.startPacedBell(ctx, from, filters, idle, handle)
-		if err != nil {
-			return nil, err
-		}
-		d.bell.Store(bell)
-		return bell, nil
+		return d.startPacedBell(ctx, from, filters, bellSeq, handle)
 	}
 	cc, err := d.consumeStream(ctx, from, doorbellPull, filters, handle, "backfill")
 	if err != nil {
@@ -425,13 +441,16 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, filt
 	go func() {
 		select {
 		case <-reached:
-			d.backDone.Store(true)
-			d.log.Debug("backfill done", "from", from, "until", until)
+			for _, p := range parts {
+				d.parts.parts[p].backDone.Store(true)
+			}
+			d.log.Debug("backfill done", "from", from, "until", until, "partitions", parts)
 			for _, x := range d.allLanes() {
 				x.kick()
 			}
 			cc.Stop()
 		case <-ctx.Done():
+			cc.Stop()
 		}
 	}()
 	return cc, nil

@@ -81,14 +81,9 @@ type Dispatcher struct {
 	reloads     sync.WaitGroup // reloadPair calls
 	feeds       sync.WaitGroup // replay feeds (replay_feed.go)
 
-	// The index (seq_index.go) is exact for sequences from liveFrom on,
-	// as the doorbell delivers them, and for [backFrom, liveFrom) once the
-	// backfill has delivered them. 0: not started.
-	liveFrom, backFrom atomic.Uint64
-	backDone           atomic.Bool
-	// The sequence the doorbell (backfill) is delivering right now: a
-	// tenant state created later knows nothing before it.
-	bellSeq, backSeq atomic.Uint64
+	// liveFrom is where the doorbells started (0: not started); each
+	// partition's index is exact from its own point on (partRead).
+	liveFrom atomic.Uint64
 	// Which tenants have events from before liveFrom (the start-up
 	// scan's, read-only once the doorbell starts), and the first sequence
 	// the doorbell rang for each tenant since: together they tell a
@@ -100,10 +95,13 @@ type Dispatcher struct {
 	// (members.go); nil before the first.
 	members atomic.Pointer[membership]
 	// parts: which partitions of the stream this dispatcher reads
-	// (partitions.go); set by Run before the first heartbeat. bell: the
-	// live doorbell, once started.
-	parts *partReads
-	bell  atomic.Pointer[pacedBell]
+	// (partitions.go); set by Run before the first heartbeat. readers:
+	// the reader of each partition read (partitions.go); reading: Run
+	// has started them.
+	parts     *partReads
+	readersMu sync.Mutex
+	readers   map[int]*reader
+	reading   atomic.Bool
 	// resets: cursors that do not fit the stream (stream_reset.go).
 	resets streamResets
 
@@ -167,6 +165,7 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 		beatKick:    make(chan struct{}, 1),
 		bodies:      newBodyBudget(c.BodyBudget),
 		parts:       newPartReads(events.Layout{}), // Run asks the stream
+		readers:     map[int]*reader{},
 		maxItem:     int(deps.NATS.MaxPayload()) - 512,
 		itemBytes:   max(int(deps.NATS.MaxPayload())-work.ItemOverhead, work.ItemOverhead),
 	}
@@ -216,6 +215,16 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	if err := d.heartbeat(ctx); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
+	if d.parts.partitioned() {
+		// Dispatchers started together see each other once each one's
+		// first heartbeat has notified the others: beat once more
+		// before reading, so that they do not all read every partition
+		// first and then hand most of them over.
+		sleepCtx(ctx, joinSettle(d.cfg.Heartbeat))
+		if err := d.heartbeat(ctx); err != nil {
+			return fmt.Errorf("dispatch: %w", err)
+		}
+	}
 	owned := d.ownedParts()
 	lastSeq, oldest, present, err := d.scan(ctx, stream, owned)
 	if err != nil {
@@ -224,27 +233,15 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	d.before = present
 	d.liveFrom.Store(lastSeq + 1)
 	for _, p := range owned {
-		d.parts.live[p].Store(lastSeq + 1)
+		d.parts.parts[p].live.Store(lastSeq + 1)
 	}
-	filters := d.parts.filters(owned)
-	bell, err := d.startDoorbell(ctx, lastSeq+1, 0, filters, len(owned) == 0)
-	if err != nil {
+	stopReading := func() { d.stopReading(slices.Collect(maps.Keys(d.readersNow()))) }
+	defer stopReading()
+	if err := d.read(ctx, owned, lastSeq+1, oldest); err != nil {
 		return err
 	}
-	defer bell.Stop()
-	if from := d.backfillFrom(lastSeq, oldest); from <= lastSeq {
-		d.backFrom.Store(from)
-		for _, p := range owned {
-			d.parts.back[p].Store(true)
-		}
-		back, err := d.startDoorbell(ctx, from, lastSeq, filters, false)
-		if err != nil {
-			return err
-		}
-		defer back.Stop()
-	} else {
-		d.backDone.Store(true)
-	}
+	d.reading.Store(true)
+	d.m.partitions.Set(float64(len(owned)))
 
 	d.mu.Lock()
 	d.running, d.loopCtx, d.workCtx = true, ctx, workCtx
@@ -264,7 +261,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	d.log.Info("dispatcher running", "holder", d.cfg.Holder, "dests", d.destNames(), "from_seq", lastSeq+1, "partitions", layout.Count(), "owned", owned)
 
 	<-ctx.Done()
-	bell.Stop()
+	stopReading()
 	grace := time.AfterFunc(d.cfg.ShutdownGrace, cancelWork)
 	defer grace.Stop()
 	d.loops.Wait()

@@ -42,15 +42,16 @@
 //
 // # Backlog discovery without per-tenant JetStream objects
 //
-// At start the dispatcher scans (stream info with a subjects filter for the
-// tenants, PostgreSQL for cursors and weights, one direct get per tenant
-// and destination for the exact pending count) and then follows one
-// ordered consumer on the whole stream, unfiltered — the doorbell — from
-// the sequence the scan started at. JetStream state is one ephemeral consumer
-// per dispatcher process (two while the backfill runs, plus one per pair
-// it is replaying: replay_feed.go), on Deps.Doorbell when set, a
-// connection of their own. The scan repeats every PollInterval
-// as a fallback.
+// At start the dispatcher scans the partitions it reads (partitions.go:
+// stream info with a subjects filter for the tenants, PostgreSQL for
+// cursors and weights, one direct get per tenant and destination for the
+// exact pending count) and then follows them with an ordered consumer —
+// the doorbell — from the sequence the scan started at: one on the whole
+// stream, unfiltered, when it reads every partition, else one per
+// partition. JetStream state is one ephemeral consumer per partition read
+// (two while the backfill runs, plus one per pair it is replaying:
+// replay_feed.go), on Deps.Doorbell when set, a connection of their own.
+// The scan repeats every PollInterval as a fallback.
 //
 // # Cutting batches without reading the stream
 //

@@ -118,7 +118,17 @@ func (d *Dispatcher) BodiesHeld() int64 { return d.bodies.used.Load() }
 
 // Running says the dispatcher's doorbell has started and its start-up
 // backfill is done.
-func (d *Dispatcher) Running() bool { return d.liveFrom.Load() != 0 && d.backDone.Load() }
+func (d *Dispatcher) Running() bool {
+	if d.liveFrom.Load() == 0 {
+		return false
+	}
+	for _, p := range d.parts.ownedNow() {
+		if !d.parts.backDone(p) {
+			return false
+		}
+	}
+	return true
+}
 
 // Releases returns how many release wake-ups of (tenant, dest) the
 // dispatcher has handled.
@@ -132,10 +142,9 @@ func (d *Dispatcher) readsFrom(backFrom, liveFrom uint64) {
 	if d.parts == nil {
 		d.parts = newPartReads(events.Layout{})
 	}
-	d.backFrom.Store(backFrom)
 	d.liveFrom.Store(liveFrom)
-	d.parts.live[0].Store(liveFrom)
-	d.parts.back[0].Store(backFrom != 0)
+	d.parts.parts[0].live.Store(liveFrom)
+	d.parts.parts[0].backFrom.Store(backFrom)
 }
 
 // Partitions returns the partitions d reads.

@@ -148,11 +148,15 @@ const backfillWaitMax = 250 * time.Millisecond
 // skips) reads at once, so that its events do not wait for the backfill
 // to reach them.
 func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int, cutOK bool) bool {
-	if cut >= x.size || cursor >= x.d.liveFrom.Load() || cursor < x.d.backFrom.Load() || !x.d.parts.backfilled(ts.part) {
+	r := x.d.parts
+	if cut >= x.size || !r.backfilled(ts.part) {
 		return false
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if cursor = ts.pastGap(cursor); cursor >= r.liveFrom(ts.part) || cursor < r.backFrom(ts.part) {
+		return false
+	}
 	if ts.fresh {
 		return false // none of its events are the backfill's to ring
 	}

@@ -150,7 +150,7 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant, ts *tenantSta
 		x.mu.Unlock()
 		return nil, false
 	}
-	p.backDone = d.backDone.Load() // before the cut: see caughtUp
+	p.backDone = d.parts.backDone(ts.part) // before the cut: see caughtUp
 	b := &p.cutBatches
 	if !x.replay { // the doorbell indexes live events only
 		b.ranges, b.counts, b.lists, p.first, b.pending, ok = x.fromIndex(ts, p.from, n)

@@ -7,16 +7,18 @@ import (
 	"time"
 )
 
-// Several dispatchers. Every dispatcher sees every event (its own doorbell)
-// and could grant every pair; left alone, replicas visit the same tenants in
-// the same order and race for each grant, and all but one lose it
-// (tenancy.ErrCursorMoved) after a database round trip, nearly every race
-// lost and dispatch slower than with one. So each dispatcher heartbeats
-// its row in fairway.dispatchers (tenancy.Store.Heartbeat) and grants only
-// the pairs it owns: rendezvous hashing of the pair over the dispatchers
-// seen alive. The others stay parked in its scheduler (they cost nothing
-// and keep their backlog hint and index), so when a dispatcher leaves or
-// goes quiet its pairs are granted by the others at their next heartbeat.
+// Several dispatchers. Any dispatcher could grant every pair; left alone,
+// replicas visit the same tenants in the same order and race for each
+// grant, and all but one lose it (tenancy.ErrCursorMoved) after a
+// database round trip, nearly every race lost and dispatch slower than
+// with one. So each dispatcher heartbeats its row in fairway.dispatchers
+// (tenancy.Store.Heartbeat) and grants only the pairs it owns: those of
+// the partitions rendezvous hashing gives it over the dispatchers seen
+// alive (partitions.go), or, in a stream without partitions, the pairs
+// the same hashing gives it. The others stay parked in its scheduler
+// (they cost nothing and keep their backlog hint), so when a dispatcher
+// leaves or goes quiet its pairs are granted by the others at their next
+// heartbeat.
 // Ownership is an optimisation, not a guarantee: while the dispatchers'
 // views differ (for a heartbeat or so) two may grant one pair, and the
 // cursor check in tenancy.DispatchMany still gives each range to exactly

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,61 +43,31 @@ type pacedBell struct {
 	handle jetstream.MessageHandler
 	from   uint64 // where the doorbell started
 
+	seq     *atomic.Uint64 // the sequence it is delivering now (the handler stores it)
+	filters []string       // its reader's partitions' (partReads.filters)
+
 	mu      sync.Mutex
 	cc      jetstream.ConsumeContext
 	pull    int
-	filters []string // the owned partitions' (partReads.filters)
-	idle    bool     // no partition owned: no consumer
 	stopped bool
 	quit    chan struct{}
 	closed  chan struct{} // closed once stopped and the last consumer's handler is done
 }
 
-// startPacedBell starts the live doorbell from sequence from on the
-// partitions filters name (none: every one); idle, it starts none until
-// refilter.
-func (d *Dispatcher) startPacedBell(ctx context.Context, from uint64, filters []string, idle bool, handle jetstream.MessageHandler) (*pacedBell, error) {
-	p := &pacedBell{d: d, handle: handle, from: from, filters: filters, idle: idle, quit: make(chan struct{}), closed: make(chan struct{})}
+// startPacedBell starts a live doorbell from sequence from on the
+// partitions filters name (none: every one); handle stores each
+// message's sequence in seq.
+func (d *Dispatcher) startPacedBell(ctx context.Context, from uint64, filters []string, seq *atomic.Uint64, handle jetstream.MessageHandler) (*pacedBell, error) {
+	p := &pacedBell{d: d, handle: handle, from: from, seq: seq, filters: filters, quit: make(chan struct{}), closed: make(chan struct{})}
 	p.pull = p.wantPull(doorbellPull)
-	if !idle {
-		cc, err := d.consumeStream(ctx, from, p.pull, filters, handle, "doorbell")
-		if err != nil {
-			return nil, err
-		}
-		p.cc = cc
+	cc, err := d.consumeStream(ctx, from, p.pull, filters, handle, "doorbell")
+	if err != nil {
+		return nil, err
 	}
+	p.cc = cc
 	d.m.bellPull.Set(float64(p.pull))
 	go p.pace(ctx)
 	return p, nil
-}
-
-// refilter restarts the doorbell on other partitions (filters; idle: on
-// none) from the sequence after the last it delivered, and returns that
-// sequence, from which it delivers the partitions gained. A doorbell that
-// was idle delivered nothing for a while: it starts at the stream's end
-// (the caller scans the gained partitions' backlogs).
-func (p *pacedBell) refilter(ctx context.Context, filters []string, idle bool, gained []int) uint64 {
-	d := p.d
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopped {
-		return 0
-	}
-	if p.idle {
-		if last, err := d.streamLast(ctx); err == nil {
-			d.bellSeq.Store(max(d.bellSeq.Load(), last))
-		}
-	}
-	p.stopConsumer(ctx)
-	p.filters, p.idle = filters, idle
-	next := max(p.from, d.bellSeq.Load()+1)
-	for _, part := range gained {
-		d.parts.live[part].Store(next)
-	}
-	if !idle {
-		p.switchPull(ctx, p.pull)
-	}
-	return next
 }
 
 // wantPull is the pull the doorbell should have now, given it has cur.
@@ -129,7 +100,7 @@ func (p *pacedBell) pace(ctx context.Context) {
 		case <-t.C:
 		}
 		p.mu.Lock()
-		if want := p.wantPull(p.pull); (want != p.pull || p.cc == nil) && !p.stopped && !p.idle {
+		if want := p.wantPull(p.pull); (want != p.pull || p.cc == nil) && !p.stopped {
 			p.switchPull(ctx, want)
 		}
 		p.mu.Unlock()
@@ -144,7 +115,7 @@ func (p *pacedBell) switchPull(ctx context.Context, pull int) {
 	if !p.stopConsumer(ctx) {
 		return
 	}
-	next := max(p.from, d.bellSeq.Load()+1)
+	next := max(p.from, p.seq.Load()+1)
 	cc, err := d.consumeStream(ctx, next, pull, p.filters, p.handle, "doorbell")
 	if err != nil {
 		if ctx.Err() == nil {

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestDoorbellClosedOnlyWhenStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := d.startPacedBell(ctx, 1, nil, false, func(jetstream.Msg) {})
+	p, err := d.startPacedBell(ctx, 1, nil, new(atomic.Uint64), func(jetstream.Msg) {})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,13 @@ package dispatch
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fairwayhq/fairway/pkg/events"
 )
@@ -40,29 +42,53 @@ import (
 // partitions move and move back, which costs reads, not correctness.
 const memberTTL = 2
 
+// joinSettle is how long a starting dispatcher of a partitioned stream
+// waits after its first heartbeat for the others starting with it.
+func joinSettle(heartbeat time.Duration) time.Duration {
+	return min(max(heartbeat/8, 50*time.Millisecond), 250*time.Millisecond)
+}
+
 // partReads is what this dispatcher reads of each partition.
 type partReads struct {
 	layout events.Layout
-	// live[p] is the sequence from which the doorbell delivers partition
-	// p's events (0: it does not); back[p] says the start-up backfill
-	// delivered (or delivers) p's events in [backFrom, liveFrom).
-	live []atomic.Uint64
-	back []atomic.Bool
+	parts  []partRead
 
 	mu    sync.Mutex
 	owned []int // sorted; nil before the first heartbeat
 }
 
+// partRead is where the index (seq_index.go) is exact for one partition's
+// tenants: from live on, as the doorbell delivers them, and for [backFrom,
+// live) once the backfill (at start, or when the partition was gained)
+// has delivered them.
+type partRead struct {
+	live     atomic.Uint64 // 0: the doorbell does not deliver the partition
+	backFrom atomic.Uint64 // 0: no backfill
+	backDone atomic.Bool   // the backfill delivered its whole region (or there is none)
+	backSeq  atomic.Uint64 // the sequence the backfill is delivering now
+}
+
 func newPartReads(l events.Layout) *partReads {
-	return &partReads{layout: l, live: make([]atomic.Uint64, l.Count()), back: make([]atomic.Bool, l.Count())}
+	return &partReads{layout: l, parts: make([]partRead, l.Count())}
 }
 
 // liveFrom is where the doorbell's delivery of partition p began (0:
 // not delivered).
-func (r *partReads) liveFrom(p int) uint64 { return r.live[p].Load() }
+func (r *partReads) liveFrom(p int) uint64 { return r.parts[p].live.Load() }
 
-// backfilled says the start-up backfill delivers partition p's events.
-func (r *partReads) backfilled(p int) bool { return r.back[p].Load() }
+// backFrom is where the backfill of partition p began (0: none).
+func (r *partReads) backFrom(p int) uint64 { return r.parts[p].backFrom.Load() }
+
+// backfilled says a backfill delivers partition p's events.
+func (r *partReads) backfilled(p int) bool { return r.backFrom(p) != 0 }
+
+// backDone says partition p's backfill delivered its whole region, or it
+// has none.
+func (r *partReads) backDone(p int) bool { return r.parts[p].backDone.Load() }
+
+// backSeq is the sequence partition p's backfill is delivering now: a
+// tenant state made later knows nothing before it.
+func (r *partReads) backSeq(p int) uint64 { return r.parts[p].backSeq.Load() }
 
 // partitioned says whether the stream has partitions: dispatchers then
 // split partitions, not pairs.
@@ -124,10 +150,113 @@ func (d *Dispatcher) ownedParts() []int {
 	return ownedParts(members, d.cfg.Holder, d.parts.layout.Count())
 }
 
+// reader is the doorbell, and the backfill while it runs, of a group of
+// partitions: every partition of the stream, read unfiltered, when this
+// dispatcher owns them all (or the stream has none), else one partition,
+// read with its filter (nats-server filters a consumer on one subject
+// prefix cheaply, on several one message at a time).
+type reader struct {
+	parts  []int
+	bell   *pacedBell
+	cancel context.CancelFunc // ends its backfill
+}
+
+// readGroups are the readers' groups for owned: one of every partition,
+// or one per partition.
+func (r *partReads) readGroups(owned []int) [][]int {
+	if len(owned) == r.layout.Count() {
+		return [][]int{owned}
+	}
+	out := make([][]int, len(owned))
+	for i, p := range owned {
+		out[i] = []int{p}
+	}
+	return out
+}
+
+// read starts reading parts: a reader per group (readGroups) whose
+// doorbell delivers their events from sequence from on, and their
+// backfills from oldest (the oldest event waiting in them, 0: none)
+// through from-1.
+func (d *Dispatcher) read(ctx context.Context, parts []int, from, oldest uint64) error {
+	for _, g := range d.parts.readGroups(parts) {
+		rctx, cancel := context.WithCancel(ctx)
+		rd := &reader{parts: g, cancel: cancel}
+		for _, p := range g {
+			d.parts.parts[p].live.Store(from)
+		}
+		bell, err := d.startDoorbell(rctx, from, 0, g)
+		if err != nil {
+			cancel()
+			return err
+		}
+		rd.bell = bell.(*pacedBell)
+		d.readersMu.Lock()
+		for _, p := range g {
+			d.readers[p] = rd
+		}
+		d.readersMu.Unlock()
+		if _, err := d.startBackfill(rctx, d.backfillFrom(from-1, oldest), from-1, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopReading stops the readers of parts and waits until their
+// doorbells' handlers have returned for the last time; their partitions
+// are then read by no one here (live 0).
+func (d *Dispatcher) stopReading(parts []int) {
+	d.readersMu.Lock()
+	var stop []*reader
+	for _, p := range parts {
+		if rd := d.readers[p]; rd != nil && !slices.Contains(stop, rd) {
+			stop = append(stop, rd)
+		}
+		delete(d.readers, p)
+	}
+	d.readersMu.Unlock()
+	for _, rd := range stop {
+		rd.cancel()
+		rd.bell.Stop()
+		<-rd.bell.Closed()
+	}
+	for _, p := range parts {
+		d.parts.parts[p].live.Store(0)
+		d.parts.parts[p].backFrom.Store(0)
+		d.parts.parts[p].backDone.Store(false)
+	}
+}
+
+// bellSeq is the sequence the doorbell reading partition p is delivering
+// now (0: none reads it): a tenant state created later knows nothing
+// before it.
+func (d *Dispatcher) bellSeq(p int) uint64 {
+	d.readersMu.Lock()
+	rd := d.readers[p]
+	d.readersMu.Unlock()
+	if rd == nil {
+		return 0
+	}
+	return rd.bell.seq.Load()
+}
+
+// bellSeen is the furthest sequence any doorbell delivered.
+func (d *Dispatcher) bellSeen() uint64 {
+	d.readersMu.Lock()
+	defer d.readersMu.Unlock()
+	var seen uint64
+	for _, rd := range d.readers {
+		seen = max(seen, rd.bell.seq.Load())
+	}
+	return seen
+}
+
 // moveParts takes over the partitions this dispatcher gained at the last
-// heartbeat and lets go of those it lost (the package comment above):
-// it refilters the doorbell and scans what it gained. Before the doorbell
-// started (the first heartbeat) it only records what it owns.
+// heartbeat and lets go of those it lost (the package comment above).
+// Partitions whose reader changes (this dispatcher came to own all of
+// them, or no longer does) are lost and gained again. Before Run started
+// reading (the first heartbeats) it only records what it owns.
 func (d *Dispatcher) moveParts(ctx context.Context) {
 	if !d.parts.partitioned() {
 		return
@@ -148,40 +277,38 @@ func (d *Dispatcher) moveParts(ctx context.Context) {
 			d.log.Warn("recording this dispatcher's partitions failed; status shows the last recorded", "err", err)
 		}
 	})
-	bell := d.bell.Load()
-	if old == nil || bell == nil {
-		return // Run starts the doorbell on what is owned now
+	if old == nil || !d.reading.Load() {
+		return // Run reads what is owned once it starts
 	}
+	regroup := len(old) == r.layout.Count() || len(owned) == r.layout.Count()
 	var gained, lost []int
 	for _, p := range owned {
-		if !slices.Contains(old, p) {
+		if regroup || !slices.Contains(old, p) {
 			gained = append(gained, p)
 		}
 	}
 	for _, p := range old {
-		if !slices.Contains(owned, p) {
+		if regroup || !slices.Contains(owned, p) {
 			lost = append(lost, p)
 		}
 	}
 	d.log.Info("partitions moved", "holder", d.cfg.Holder, "owned", owned, "gained", gained, "lost", lost)
-	for _, p := range lost {
-		r.live[p].Store(0)
-		r.back[p].Store(false)
+	d.stopReading(lost)
+	from := uint64(1)
+	if last, err := d.streamLast(ctx); err == nil {
+		from = last + 1
+	} else if ctx.Err() == nil {
+		d.log.Warn("reading the stream's last sequence failed; the gained partitions' doorbell starts at its first", "err", err)
 	}
-	from := bell.refilter(ctx, r.filters(owned), len(owned) == 0, gained)
 	for _, x := range d.allLanes() {
-		x.dropParts(lost, from)
+		x.dropParts(append(lost, gained...), from)
 	}
 	if len(gained) == 0 {
 		return
 	}
 	d.reloads.Go(func() {
-		stream, err := d.js.Stream(ctx, d.cfg.Stream)
-		if err == nil {
-			_, _, _, err = d.scan(ctx, stream, gained)
-		}
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("scanning gained partitions failed; the next poll scans them", "partitions", gained, "err", err)
+		if err := d.takeOver(ctx, gained, from); err != nil && ctx.Err() == nil {
+			d.log.Warn("taking gained partitions over failed; the next poll scans them, and their backlog is read", "partitions", gained, "err", err)
 			d.m.errors.WithLabelValues("", "scan").Inc()
 		}
 		for _, x := range d.allLanes() {
@@ -190,20 +317,38 @@ func (d *Dispatcher) moveParts(ctx context.Context) {
 	})
 }
 
-// dropParts forgets the indexes and held bodies of the tenants of the
-// partitions this dispatcher lost: their new owner dispatches them, and
-// the doorbell no longer rings them here. from is where the doorbell
-// restarted: the live indexes knew nothing past it of those tenants.
-func (x *destination) dropParts(lost []int, from uint64) {
-	if len(lost) == 0 {
+// takeOver starts reading partitions gained while running as Run does at
+// start: their doorbells from sequence from, a scan of their tenants'
+// backlogs, and their backfills up to from-1.
+func (d *Dispatcher) takeOver(ctx context.Context, gained []int, from uint64) error {
+	stream, err := d.js.Stream(ctx, d.cfg.Stream)
+	if err != nil {
+		return err
+	}
+	_, oldest, _, err := d.scan(ctx, stream, gained)
+	if err != nil {
+		return err
+	}
+	return d.read(ctx, gained, from, oldest)
+}
+
+// dropParts forgets the indexes and held bodies of the tenants of parts,
+// partitions this dispatcher lost (their new owner dispatches them) or
+// gained (what their indexes hold is from before it last lost them, and
+// their new reader fills them anew). from is where the new readers start:
+// the live indexes know nothing before it.
+func (x *destination) dropParts(parts []int, from uint64) {
+	if len(parts) == 0 {
 		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, ts := range x.tenants {
-		if slices.Contains(lost, ts.part) {
-			ts.live.trim(max(from, ts.live.floor))
+		if slices.Contains(parts, ts.part) {
+			ts.live.trim(math.MaxUint64)
+			ts.live = seqIndex{floor: from}
 			ts.back.trim(math.MaxUint64)
+			ts.back = seqIndex{}
 			ts.backExpect, ts.backRung = 0, 0
 		}
 	}
@@ -216,4 +361,11 @@ func (d *Dispatcher) streamLast(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return s.CachedInfo().State.LastSeq, nil
+}
+
+// readersNow is a copy of the readers by partition.
+func (d *Dispatcher) readersNow() map[int]*reader {
+	d.readersMu.Lock()
+	defer d.readersMu.Unlock()
+	return maps.Clone(d.readers)
 }

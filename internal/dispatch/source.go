@@ -37,6 +37,7 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	size := x.size
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	cursor = ts.pastGap(cursor)
 	switch {
 	case x.liveCovers(ts, cursor):
 		// Nothing known: read, in case the doorbell is behind or stopped
@@ -46,7 +47,7 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	case !x.backCovers(ts, cursor):
 		return nil, nil, nil, time.Time{}, 0, false
 	}
-	// cursor is in the backfill's region [backFrom, liveFrom).
+	// cursor is in the backfill's region [backFrom, live) of the partition.
 	ranges, counts, lists, first, rest = ts.back.takeBytes(cursor, n, size, d.itemBytes)
 	if len(ranges) > 0 && ts.live.floor == 0 {
 		// What the doorbell delivered comes after the backfill's region
@@ -63,7 +64,7 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 		// slows the backfill further.
 		return ranges, counts, lists, first, rest, true
 	}
-	if !d.backDone.Load() {
+	if !d.parts.backDone(ts.part) {
 		return nil, nil, nil, time.Time{}, 0, false // nothing delivered past the cursor yet: read
 	}
 	// The backfill is complete and the tenant has nothing left before
@@ -73,6 +74,19 @@ func (x *destination) fromIndex(ts *tenantState, cursor uint64, n int) (ranges [
 	}
 	ranges, counts, lists, first, rest = ts.live.takeBytes(cursor, n, size, d.itemBytes)
 	return ranges, counts, lists, first, rest, len(ranges) > 0
+}
+
+// pastGap is where the tenant's events of its priority begin at or after
+// cursor as far as the scan knows: past its gap, the range from a cursor
+// to the first event the scan's probe found from it, in which the tenant
+// has no event (sequences are never reused, so that stays true). A
+// backfill or doorbell that started inside the gap covers the tenant from
+// the cursor on. x.mu must be held.
+func (ts *tenantState) pastGap(cursor uint64) uint64 {
+	if cursor >= ts.gap.from && cursor < ts.gap.to {
+		return ts.gap.to
+	}
+	return cursor
 }
 
 // liveCovers says the live index holds every event of the tenant from
@@ -91,8 +105,8 @@ func (x *destination) liveCovers(ts *tenantState, cursor uint64) bool {
 // tenant's partition: that index holds the tenant's events from cursor on
 // as far as the backfill has delivered them. x.mu must be held.
 func (x *destination) backCovers(ts *tenantState, cursor uint64) bool {
-	bf := x.d.backFrom.Load()
-	return bf != 0 && x.d.parts.backfilled(ts.part) && cursor >= max(bf, ts.back.floor)
+	bf := x.d.parts.backFrom(ts.part)
+	return bf != 0 && cursor >= max(bf, ts.back.floor)
 }
 
 // readMax is how many events a grant of up to n events reads from

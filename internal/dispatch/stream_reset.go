@@ -66,7 +66,7 @@ func (d *Dispatcher) checkStream(ctx context.Context, stream jetstream.Stream) (
 	var seen uint64
 	running := false
 	if from := d.liveFrom.Load(); from != 0 { // the stream ended at from-1 when Run began
-		running, seen = true, max(d.bellSeq.Load(), from-1)
+		running, seen = true, max(d.bellSeen(), from-1)
 	}
 	check, err := d.st.CheckStream(ctx, StreamPosition(stream))
 	if err != nil {

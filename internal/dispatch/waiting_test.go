@@ -71,7 +71,7 @@ func TestWaitingCountsIndexedEvents(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d := &Dispatcher{parts: newPartReads(events.Layout{})}
 			d.readsFrom(backFrom, liveFrom)
-			d.backDone.Store(c.backDone)
+			d.parts.parts[0].backDone.Store(c.backDone)
 			x := &destination{d: d, tenants: map[string]*tenantState{}}
 			ts := &tenantState{weight: 1}
 			c.setup(ts)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/sinks/b2b"
 	"github.com/fairwayhq/fairway/sinks/b2b/b2btest"
 )
@@ -178,6 +179,30 @@ func TestOperatingIt(t *testing.T) {
 		want := map[string][2]uint64{"postgres": {0, 0}, "clickhouse": {0, 0}, "b2b:erp": {0, 1}}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			return fmt.Sprintf("backlog and dead letters by destination %v, want %v", got, want)
+		}
+		return ""
+	})
+
+	waitFor("fairway status --partitions: the dispatcher reads every partition", 30*time.Second, func() string {
+		out := fairway("status", "--partitions", "--json")
+		var parts []struct {
+			Partition  int
+			Dispatcher string
+			Backlog    uint64
+		}
+		if err := json.Unmarshal([]byte(out), &parts); err != nil {
+			t.Fatalf("fairway status --partitions --json: %v\n%s", err, out)
+		}
+		if len(parts) != events.PartitionsDefault {
+			return fmt.Sprintf("%d partitions, want %d:\n%s", len(parts), events.PartitionsDefault, out)
+		}
+		for i, p := range parts {
+			if p.Partition != i || p.Dispatcher == "" || p.Dispatcher != parts[0].Dispatcher || p.Backlog != 0 {
+				return "want every partition read by the one dispatcher, nothing waiting:\n" + out
+			}
+		}
+		if table := fairway("status"); !strings.Contains(table, "PARTITION") || !strings.Contains(table, parts[0].Dispatcher) {
+			return "fairway status does not list the partitions:\n" + table
 		}
 		return ""
 	})

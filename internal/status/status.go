@@ -84,6 +84,9 @@ type Source struct {
 	Pairs  Pairs
 	Reader *work.Reader
 	JS     jetstream.JetStream
+	// Dispatchers lists the dispatchers for Partitions. Optional
+	// otherwise.
+	Dispatchers Dispatchers
 	// DLQStream is the dead-letter stream's name. Default "DLQ".
 	DLQStream string
 	Now       func() time.Time

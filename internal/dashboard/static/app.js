@@ -181,6 +181,20 @@
     renderMetricsNote(snap);
   }
 
+  // renderPartitions lists the partitions of PRODUCTS, the dispatcher
+  // reading each and their backlog (admin view only).
+  function renderPartitions(snap) {
+    const parts = snap.partitions || [];
+    document.getElementById("partitions-panel").hidden = parts.length === 0;
+    document.querySelector("#partitions tbody").replaceChildren(...parts.map(p =>
+      el("tr", { "data-partition": String(p.partition) },
+        el("td", { class: "num" }, String(p.partition)),
+        el("td", {}, p.dispatcher || el("span", { class: "nodata" }, "none")),
+        el("td", { class: "num" }, p.dispatcher ? dur(p.seen_ns / 1e9) : "–"),
+        el("td", { class: "num" }, int(p.backlog)),
+        el("td", { class: "num" }, int(p.tenants)))));
+  }
+
   // renderMetricsNote says where throughput and latency come from when
   // they cannot be shown: no sink metrics configured, or some not
   // answering.
@@ -342,6 +356,7 @@
       if (snap.refresh_ms > 0) refresh = snap.refresh_ms;
       if (!res.ok || snap.error) throw new Error(snap.error || res.status + " " + res.statusText);
       renderDests(snap);
+      renderPartitions(snap);
       renderTenants(snap);
       await renderPartners(snap, tok, mine);
       if (mine !== asked) return;
