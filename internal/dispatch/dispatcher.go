@@ -215,20 +215,38 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	if err := d.heartbeat(ctx); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
-	if d.parts.partitioned() {
-		// Dispatchers started together see each other once each one's
-		// first heartbeat has notified the others: beat once more
-		// before reading, so that they do not all read every partition
-		// first and then hand most of them over.
-		sleepCtx(ctx, joinSettle(d.cfg.Heartbeat))
-		if err := d.heartbeat(ctx); err != nil {
-			return fmt.Errorf("dispatch: %w", err)
-		}
-	}
 	owned := d.ownedParts()
 	lastSeq, oldest, present, err := d.scan(ctx, stream, owned)
 	if err != nil {
 		return err
+	}
+	if d.parts.partitioned() {
+		// Dispatchers started together see each other once each one's
+		// first heartbeat has notified the others, often while they
+		// scan: beat once more before reading, so that they do not all
+		// read every partition first and then hand most of them over,
+		// and scan what this one gained meanwhile.
+		if err := d.heartbeat(ctx); err != nil {
+			return fmt.Errorf("dispatch: %w", err)
+		}
+		now := d.ownedParts()
+		var more []int
+		for _, p := range now {
+			if !slices.Contains(owned, p) {
+				more = append(more, p)
+			}
+		}
+		if len(more) > 0 {
+			_, old, pr, err := d.scan(ctx, stream, more)
+			if err != nil {
+				return err
+			}
+			maps.Copy(present, pr)
+			if old != 0 && (oldest == 0 || old < oldest) {
+				oldest = old
+			}
+		}
+		owned = now
 	}
 	d.before = present
 	d.liveFrom.Store(lastSeq + 1)

@@ -149,3 +149,6 @@ func (d *Dispatcher) readsFrom(backFrom, liveFrom uint64) {
 
 // Partitions returns the partitions d reads.
 func (d *Dispatcher) Partitions() []int { return d.parts.ownedNow() }
+
+// OwnedParts is ownedParts, for tests.
+var OwnedParts = ownedParts

@@ -36,23 +36,29 @@ func owner(members []string, tenant, dest string) string {
 	var best string
 	var bestH uint64
 	for _, m := range members {
-		h := fnv.New64a()
-		h.Write([]byte(m))
-		h.Write([]byte{0})
-		h.Write([]byte(tenant))
-		h.Write([]byte{0})
-		h.Write([]byte(dest))
-		// fnv's low bits mix poorly for similar inputs: finish with a
-		// multiply-xorshift so shares stay even.
-		v := h.Sum64()
-		v ^= v >> 33
-		v *= 0xff51afd7ed558ccd
-		v ^= v >> 33
+		v := rendezvous(m, tenant, dest)
 		if best == "" || v > bestH || (v == bestH && m < best) {
 			best, bestH = m, v
 		}
 	}
 	return best
+}
+
+// rendezvous is member's hash for the pair (tenant, dest).
+func rendezvous(member, tenant, dest string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(member))
+	h.Write([]byte{0})
+	h.Write([]byte(tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(dest))
+	// fnv's low bits mix poorly for similar inputs: finish with a
+	// multiply-xorshift so shares stay even.
+	v := h.Sum64()
+	v ^= v >> 33
+	v *= 0xff51afd7ed558ccd
+	v ^= v >> 33
+	return v
 }
 
 // owns reports whether this dispatcher grants the pair: it owns the
@@ -64,7 +70,7 @@ func (d *Dispatcher) owns(tenant, dest string) bool {
 		return true
 	}
 	if d.parts != nil && d.parts.partitioned() {
-		return partOwner(m.members, d.parts.layout.PartitionOf(tenant)) == d.cfg.Holder
+		return slices.Contains(d.parts.ownedNow(), d.parts.layout.PartitionOf(tenant))
 	}
 	return owner(m.members, tenant, dest) == d.cfg.Holder
 }
@@ -82,11 +88,9 @@ func (d *Dispatcher) heartbeat(ctx context.Context) error {
 	}
 	d.members.Store(&membership{members: members})
 	d.log.Info("dispatchers alive", "holder", d.cfg.Holder, "members", members)
+	d.moveParts(ctx) // before repark: owns asks it for this dispatcher's partitions
 	for _, x := range d.allLanes() {
 		x.repark()
-	}
-	if d.parts != nil {
-		d.moveParts(ctx)
 	}
 	return nil
 }

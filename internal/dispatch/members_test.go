@@ -249,3 +249,54 @@ func lastBatchID(t *testing.T, e *env) int64 {
 	}
 	return id
 }
+
+// Partitions go to the dispatchers in shares that differ by one at most,
+// the same whoever computes them, and a dispatcher that leaves moves few
+// partitions of the others.
+func TestPartitionsSplitEvenly(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{8, 16, 64} {
+		for k := 1; k <= 5; k++ {
+			var members []string
+			for i := range k {
+				members = append(members, fmt.Sprintf("host-%c-%d", 'a'+i, 100+i))
+			}
+			owned := map[string][]int{}
+			for _, m := range members {
+				owned[m] = dispatch.OwnedParts(members, m, n)
+			}
+			seen := map[int]bool{}
+			for _, m := range members {
+				if got := len(owned[m]); got < n/k || got > (n+k-1)/k {
+					t.Errorf("%d partitions, %d dispatchers: %s owns %d (%v)", n, k, m, got, owned[m])
+				}
+				for _, p := range owned[m] {
+					if seen[p] {
+						t.Errorf("%d partitions, %d dispatchers: partition %d owned twice", n, k, p)
+					}
+					seen[p] = true
+				}
+			}
+			if len(seen) != n {
+				t.Errorf("%d partitions, %d dispatchers: %d owned", n, k, len(seen))
+			}
+			if k < 2 {
+				continue
+			}
+			// The last one leaves: of the others' partitions, most stay.
+			stayed, kept := 0, 0
+			for _, m := range members[:k-1] {
+				after := dispatch.OwnedParts(members[:k-1], m, n)
+				for _, p := range owned[m] {
+					kept++
+					if slices.Contains(after, p) {
+						stayed++
+					}
+				}
+			}
+			if stayed*3 < kept*2 {
+				t.Errorf("%d partitions: when one of %d dispatchers left, the others kept %d of their %d partitions", n, k, stayed, kept)
+			}
+		}
+	}
+}

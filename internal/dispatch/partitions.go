@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"math"
@@ -8,31 +9,29 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // Partitions. A partitioned PRODUCTS (events.Layout) stores each tenant's
 // events under one of P partitions. Dispatchers split the partitions,
-// not the pairs: each owns the partitions rendezvous hashing gives it
-// among the dispatchers alive (members.go) and grants every pair of
-// their tenants, and its doorbell and backfill are filtered on them, so
-// that each dispatcher reads only its share of the stream. A dispatcher
-// reading one partition runs the same code as one reading all of them;
-// an unpartitioned stream is one partition, read whole, and its
-// dispatchers split the pairs as before.
+// not the pairs: each owns the partitions a draft by rendezvous hashing
+// gives it among the dispatchers alive (partOwners) and grants every pair
+// of their tenants, and reads only them: a reader (doorbell and backfill)
+// per partition, filtered on it, or one unfiltered reader when it owns
+// every partition. A dispatcher reading one partition runs the same code
+// as one reading all of them; an unpartitioned stream is one partition,
+// read whole, and its dispatchers split the pairs instead.
 //
 // When the dispatchers alive change, a dispatcher that loses partitions
-// forgets their tenants' indexes and bodies (their new owner dispatches
-// them), and one that gains partitions restarts its doorbell from the
-// sequence after the last it delivered with the new filter, and scans the
-// gained partitions for their tenants' backlogs as at start. Its index
-// covers a gained partition from that sequence on only (partReads.live);
-// whatever a gained tenant has waiting before it is read from PRODUCTS,
-// which is always right. While two dispatchers' views differ both may
-// grant a pair; the cursor check in tenancy.DispatchMany decides, as for
-// pairs.
+// stops their readers and forgets their tenants' indexes and bodies
+// (their new owner dispatches them); for those it gains it starts readers
+// as at start: a doorbell from the stream's end, a scan of their tenants'
+// backlogs, a backfill from the oldest waiting event (takeOver). Until
+// that backfill has delivered a tenant's events its grants read them from
+// PRODUCTS, which is always right. While two dispatchers' views differ
+// both may grant a pair; the cursor check in tenancy.DispatchMany
+// decides.
 
 // memberTTL is how many heartbeats old a dispatcher's row may be and the
 // dispatcher still taken for alive: one that died is taken over at the
@@ -41,12 +40,6 @@ import (
 // 3 heartbeats of its death). A heartbeat a whole interval late makes its
 // partitions move and move back, which costs reads, not correctness.
 const memberTTL = 2
-
-// joinSettle is how long a starting dispatcher of a partitioned stream
-// waits after its first heartbeat for the others starting with it.
-func joinSettle(heartbeat time.Duration) time.Duration {
-	return min(max(heartbeat/8, 50*time.Millisecond), 250*time.Millisecond)
-}
 
 // partReads is what this dispatcher reads of each partition.
 type partReads struct {
@@ -118,18 +111,55 @@ func (r *partReads) ownedNow() []int {
 	return r.owned
 }
 
-// partOwner is the member that owns partition p: rendezvous hashing, as
-// for pairs (owner).
-func partOwner(members []string, p int) string {
-	return owner(members, "partition", strconv.Itoa(p))
+// partOwners assigns n partitions to members: a draft in rounds, in
+// which each member in turn takes the partition it ranks highest of those
+// left (rendezvous hashing of member and partition), so that shares
+// differ by one at most (a handful of partitions hashed freely over a few
+// members can leave one with three times another's share, and the drain
+// waits for the busiest). Every dispatcher computes the same from the
+// same members, and a member that joins or leaves moves mostly its own
+// share. out[p] is partition p's owner ("" when members is empty).
+func partOwners(members []string, n int) []string {
+	out := make([]string, n)
+	if len(members) == 0 {
+		return out
+	}
+	members = slices.Sorted(slices.Values(members))
+	ranks := make([][]int, len(members))
+	for i, m := range members {
+		hs := make([]uint64, n)
+		for p := range n {
+			hs[p] = rendezvous(m, "partition", strconv.Itoa(p))
+		}
+		ranks[i] = make([]int, n)
+		for p := range n {
+			ranks[i][p] = p
+		}
+		slices.SortFunc(ranks[i], func(a, b int) int { return cmp.Compare(hs[b], hs[a]) })
+	}
+	next := make([]int, len(members))
+	for left := n; left > 0; {
+		for i, m := range members {
+			if left == 0 {
+				break
+			}
+			for out[ranks[i][next[i]]] != "" {
+				next[i]++
+			}
+			out[ranks[i][next[i]]] = m
+			left--
+		}
+	}
+	return out
 }
 
 // ownedParts is the partitions holder owns among members: every one when
 // alone.
 func ownedParts(members []string, holder string, n int) []int {
 	out := []int{}
+	owners := partOwners(members, n)
 	for p := range n {
-		if len(members) < 2 || partOwner(members, p) == holder {
+		if len(members) < 2 || owners[p] == holder {
 			out = append(out, p)
 		}
 	}
