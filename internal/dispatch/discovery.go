@@ -31,7 +31,8 @@ import (
 // Why not the direct get's multi_last on products.>: nats-server 2.15
 // answers it for at most 1,024 subjects (413 Too Many Results beyond), i.e.
 // about 500 tenants; the design is for 10,000.
-func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []int) (lastSeq, oldest uint64, present map[string]bool, err error) {
+func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []int) (lastSeq uint64, wait waiting, present map[string]bool, err error) {
+	wait = waiting{}
 	start := time.Now()
 	filters := d.parts.filters(parts)
 	if filters == nil {
@@ -49,7 +50,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 		}
 		info, err := stream.Info(ctx, opts...)
 		if err != nil {
-			return 0, 0, nil, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
+			return 0, nil, nil, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
 		}
 		if i == 0 {
 			lastSeq = info.State.LastSeq
@@ -79,7 +80,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 	for _, x := range d.allDests() {
 		ps, err := d.st.PairStates(ctx, x.name)
 		if err != nil {
-			return 0, 0, nil, fmt.Errorf("dispatch: scan: %w", err)
+			return 0, nil, nil, fmt.Errorf("dispatch: scan: %w", err)
 		}
 		m := make(map[string]tenancy.PairState, len(ps))
 		for _, p := range ps {
@@ -89,7 +90,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 	}
 	streamFirst, err := d.checkStream(ctx, stream) // after the cursors: see tenancy.CheckStream
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, nil, nil, err
 	}
 	var (
 		wg       sync.WaitGroup
@@ -130,9 +131,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 				// backfill: its last was read after lastSeq, so the
 				// tenant has no event in between.
 				mu.Lock()
-				if oldest == 0 || first < oldest {
-					oldest = first
-				}
+				wait.note(d.parts.layout.PartitionOf(p.tenant), laneKey(p.tenant, p.prio), first, backlog)
 				mu.Unlock()
 			}
 			p.x.seed(ps, p.prio, backlog, first, run)
@@ -141,10 +140,10 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 	wg.Wait()
 	d.m.scanSecond.Observe(time.Since(start).Seconds())
 	if firstErr != nil {
-		return 0, 0, nil, fmt.Errorf("dispatch: scan: %w", firstErr)
+		return 0, nil, nil, fmt.Errorf("dispatch: scan: %w", firstErr)
 	}
 	d.log.Debug("backlog scan done", "tenants", len(tenants), "probes", len(probes), "took", time.Since(start))
-	return lastSeq, oldest, present, nil
+	return lastSeq, wait, present, nil
 }
 
 // fresh says whether the live index of a tenant state made now holds every
@@ -342,6 +341,65 @@ func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, part
 	}
 	return d.startDoorbell(ctx, from, until, parts)
 }
+
+// waiting is what a scan found waiting, per partition, for a backfill to
+// deliver: the oldest such event and how many there are (each tenant's
+// priority counted once, whatever its destinations).
+type waiting map[int]*partWaiting
+
+type partWaiting struct {
+	oldest  uint64
+	backlog map[string]uint64 // laneKey -> the most waiting for one destination
+}
+
+// note records that the tenant's priority key in partition part has
+// backlog events waiting from first.
+func (w waiting) note(part int, key string, first, backlog uint64) {
+	pw := w[part]
+	if pw == nil {
+		pw = &partWaiting{backlog: map[string]uint64{}}
+		w[part] = pw
+	}
+	if pw.oldest == 0 || first < pw.oldest {
+		pw.oldest = first
+	}
+	pw.backlog[key] = max(pw.backlog[key], backlog)
+}
+
+// of is the oldest event waiting in parts (0: none) and how many wait.
+func (w waiting) of(parts []int) (oldest, backlog uint64) {
+	for _, p := range parts {
+		pw := w[p]
+		if pw == nil {
+			continue
+		}
+		if oldest == 0 || pw.oldest < oldest {
+			oldest = pw.oldest
+		}
+		for _, n := range pw.backlog {
+			backlog += n
+		}
+	}
+	return oldest, backlog
+}
+
+// merge adds what another scan found.
+func (w waiting) merge(o waiting) {
+	for p, pw := range o {
+		for k, n := range pw.backlog {
+			w.note(p, k, pw.oldest, n)
+		}
+	}
+}
+
+// backfillSparse: a partition read apart is not backfilled when fewer
+// than one in this many of the sequences its backfill would walk are
+// events of its backlog. The server walks every sequence of the range
+// for a filtered consumer; for a few tenants' events among a range of
+// other partitions' floods, their grants' reads (by subject, from the
+// server's per-subject index) cost less, and they need not wait for the
+// backfill to reach them.
+const backfillSparse = 16
 
 // backfillFrom is where the backfill starts: the oldest event waiting to
 // be dispatched, but at most Config.Backfill sequences before the end.

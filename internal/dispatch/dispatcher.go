@@ -216,7 +216,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	owned := d.ownedParts()
-	lastSeq, oldest, present, err := d.scan(ctx, stream, owned)
+	lastSeq, wait, present, err := d.scan(ctx, stream, owned)
 	if err != nil {
 		return err
 	}
@@ -237,14 +237,12 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 			}
 		}
 		if len(more) > 0 {
-			_, old, pr, err := d.scan(ctx, stream, more)
+			_, w, pr, err := d.scan(ctx, stream, more)
 			if err != nil {
 				return err
 			}
 			maps.Copy(present, pr)
-			if old != 0 && (oldest == 0 || old < oldest) {
-				oldest = old
-			}
+			wait.merge(w)
 		}
 		owned = now
 	}
@@ -255,7 +253,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	}
 	stopReading := func() { d.stopReading(slices.Collect(maps.Keys(d.readersNow()))) }
 	defer stopReading()
-	if err := d.read(ctx, owned, lastSeq+1, oldest); err != nil {
+	if err := d.read(ctx, owned, lastSeq+1, wait); err != nil {
 		return err
 	}
 	d.reading.Store(true)

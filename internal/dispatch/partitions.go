@@ -206,9 +206,9 @@ func (r *partReads) readGroups(owned []int) [][]int {
 
 // read starts reading parts: a reader per group (readGroups) whose
 // doorbell delivers their events from sequence from on, and their
-// backfills from oldest (the oldest event waiting in them, 0: none)
-// through from-1.
-func (d *Dispatcher) read(ctx context.Context, parts []int, from, oldest uint64) error {
+// backfills from the oldest event waiting in them (wait) through from-1,
+// unless that is sparse for a partition read apart (backfillSparse).
+func (d *Dispatcher) read(ctx context.Context, parts []int, from uint64, wait waiting) error {
 	for _, g := range d.parts.readGroups(parts) {
 		rctx, cancel := context.WithCancel(ctx)
 		rd := &reader{parts: g, cancel: cancel}
@@ -226,7 +226,12 @@ func (d *Dispatcher) read(ctx context.Context, parts []int, from, oldest uint64)
 			d.readers[p] = rd
 		}
 		d.readersMu.Unlock()
-		if _, err := d.startBackfill(rctx, d.backfillFrom(from-1, oldest), from-1, g); err != nil {
+		oldest, backlog := wait.of(g)
+		start := d.backfillFrom(from-1, oldest)
+		if d.parts.filters(g) != nil && start < from && backlog*backfillSparse < from-start {
+			start = from // sparse: its tenants' grants read their backlog
+		}
+		if _, err := d.startBackfill(rctx, start, from-1, g); err != nil {
 			return err
 		}
 	}
@@ -355,11 +360,11 @@ func (d *Dispatcher) takeOver(ctx context.Context, gained []int, from uint64) er
 	if err != nil {
 		return err
 	}
-	_, oldest, _, err := d.scan(ctx, stream, gained)
+	_, wait, _, err := d.scan(ctx, stream, gained)
 	if err != nil {
 		return err
 	}
-	return d.read(ctx, gained, from, oldest)
+	return d.read(ctx, gained, from, wait)
 }
 
 // dropParts forgets the indexes and held bodies of the tenants of parts,
