@@ -312,7 +312,8 @@ func (x *destination) run(loopCtx, workCtx context.Context) {
 					})
 				}
 				defer done()
-				x.win.settle(reserved, x.dispatch(workCtx, g, ts, done))
+				x.dispatch(workCtx, g, ts, done)
+				x.win.settle(reserved)
 			})
 		}
 	wait:

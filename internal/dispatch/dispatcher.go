@@ -471,11 +471,12 @@ func (d *Dispatcher) kickRecovery() {
 const publishAttemptTimeout = 2 * time.Second
 
 // publish hands it to WORK, retrying transient failures (same Msg-Id, so a
-// retry of a publish that did land is a duplicate) until PublishTimeout.
-func (d *Dispatcher) publish(ctx context.Context, it work.Item) error {
+// retry of a publish that did land is a duplicate) until PublishTimeout,
+// and returns the item's stream sequence.
+func (d *Dispatcher) publish(ctx context.Context, it work.Item) (uint64, error) {
 	msg, err := it.Msg()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if d.traces != nil {
 		d.traces.markItem(ctx, it, msg.Header)
@@ -485,20 +486,20 @@ func (d *Dispatcher) publish(ctx context.Context, it work.Item) error {
 	backoff := 20 * time.Millisecond
 	for attempt := publishAttemptTimeout; ; attempt *= 2 {
 		actx, acancel := context.WithTimeout(ctx, attempt)
-		_, err := d.js.PublishMsg(actx, msg)
+		ack, err := d.js.PublishMsg(actx, msg)
 		acancel()
 		if err == nil {
-			return nil
+			return ack.Sequence, nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
+			return 0, fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
 		}
 		d.log.Warn("publish work item failed; retrying", "item", it.MsgID(), "err", err)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
+			return 0, fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)

@@ -84,8 +84,8 @@ func TestWaitingCountsIndexedEvents(t *testing.T) {
 
 // A grant takes room in the work window for the items it may publish: one
 // for a few events, up to the grant's batches for a flood's; the window
-// lets a grant begin while what waits, was published and is reserved is
-// below its size.
+// lets a grant begin while this dispatcher's items waiting in WORK and
+// those reserved are below its size.
 func TestWorkWindowReservesByGrant(t *testing.T) {
 	t.Parallel()
 	w := &workWindow{grant: 4, size: 8}
@@ -94,24 +94,33 @@ func TestWorkWindowReservesByGrant(t *testing.T) {
 		if r != c.want {
 			t.Fatalf("a grant of %d events reserved %d items, want %d", c.events, r, c.want)
 		}
-		w.settle(r, 0)
+		w.settle(r)
 	}
 	small := w.reserve(3, 500)
 	flood := w.reserve(2000, 500)
 	if !w.room() {
 		t.Fatalf("no room with %d items reserved of 8", small+flood)
 	}
-	w.pending = 3
+	w.waiting = []uint64{1, 2, 3}
 	if w.room() {
-		t.Fatal("room with 3 pending and 5 reserved of 8")
+		t.Fatal("room with 3 waiting and 5 reserved of 8")
 	}
-	w.settle(flood, 4)
+	for seq := range uint64(4) {
+		w.published(10 + seq)
+	}
+	w.settle(flood)
 	if w.room() {
-		t.Fatal("room with 3 pending, 4 published since and 1 reserved of 8")
+		t.Fatal("room with 7 waiting and 1 reserved of 8")
 	}
-	w.pending, w.since = 2, 0
-	w.settle(small, 1)
+	w.waiting = w.waiting[2:] // the consumer delivered two
+	w.published(20)
+	w.settle(small)
 	if !w.room() {
-		t.Fatal("no room with 2 pending and 1 published since of 8")
+		t.Fatal("no room with 6 waiting of 8")
+	}
+	w.published(21)
+	w.published(22)
+	if w.room() {
+		t.Fatal("room with 8 waiting of 8")
 	}
 }

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,14 +19,19 @@ import (
 // order of application, a small tenant's item is not queued behind the
 // floods' items, and no lease expires on an item that merely waits.
 //
-// It follows the sinks' consumer (work.ConsumerName): NumPending is what
-// is published and not yet delivered to a sink. A destination takes a grant
-// only while that, plus what it published since it last looked and what
-// grants in flight may still publish, is below the window. The window
-// grows while sinks wait for work with none pending although the window
-// held grants back (the sinks could take more), and shrinks slowly while
-// more than half of it waits, never below its start: a floor that keeps
-// sinks fed between two looks. Without the consumer (no sink of the
+// It counts this dispatcher's own items: those it published that the
+// sinks' consumer (work.ConsumerName) has not delivered yet, known from the
+// stream sequence each publish returned and the consumer's last delivered
+// one. A destination takes a grant only while those, plus what grants in
+// flight may still publish, are below the window. Counting its own items,
+// not the consumer's whole NumPending, keeps the window per dispatcher:
+// where several dispatchers share the sinks, one granting a flood fills
+// its own window and the others' small grants still go out, queued behind
+// at most one window of the flood's items, as with one dispatcher. The
+// window grows while sinks wait for work with none pending although the
+// window held grants back (the sinks could take more), and shrinks slowly
+// while more than half of it waits, never below its start: a floor that
+// keeps sinks fed between two looks. Without the consumer (no sink of the
 // destination has ever started) or when it cannot be read (a NATS user
 // without $JS.API.CONSUMER.INFO.WORK.>), the window stays open, as if WORK
 // were empty: what is published waits for the sinks as it would without a
@@ -36,11 +42,10 @@ type workWindow struct {
 	grant    int // the most items one grant publishes (Config.GrantBatches)
 
 	mu       sync.Mutex
-	size     int  // the window: items that may wait in WORK
-	pending  int  // NumPending at the last look
-	since    int  // items published since the last look
-	reserved int  // items grants in flight may still publish
-	full     bool // a grant was held back since the last look
+	size     int      // the window: items that may wait in WORK
+	waiting  []uint64 // stream sequences of this dispatcher's items not delivered at the last look
+	reserved int      // items grants in flight may still publish
+	full     bool     // a grant was held back since the last look
 }
 
 // Bounds of the window, in items.
@@ -55,16 +60,16 @@ func newWorkWindow(js jetstream.JetStream, dest string, grant int) *workWindow {
 	return &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant)}
 }
 
-// room says whether a grant may begin: what waits in WORK, was published
-// since the last look and is reserved by grants in flight is below the
-// window. Once the grant is known, reserve takes room for its items.
+// room says whether a grant may begin: this dispatcher's items waiting in
+// WORK (as of the last look, with those published since) and those
+// reserved by grants in flight are below the window. Once the grant is known, reserve takes room for its items.
 func (w *workWindow) room() bool {
 	if w == nil {
 		return true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.pending+w.since+w.reserved >= w.size {
+	if len(w.waiting)+w.reserved >= w.size {
 		w.full = true
 		return false
 	}
@@ -87,15 +92,26 @@ func (w *workWindow) reserve(events, size int) int {
 	return n
 }
 
-// settle ends a grant's reservation of reserved items: it published n.
-func (w *workWindow) settle(reserved, n int) {
+// published records an item this dispatcher published at stream
+// sequence seq: it waits until the consumer has delivered it.
+func (w *workWindow) published(seq uint64) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.waiting = append(w.waiting, seq)
+}
+
+// settle ends a grant's reservation of reserved items, after its items
+// were published (published) or handed back.
+func (w *workWindow) settle(reserved int) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.reserved -= reserved
-	w.since += n
 }
 
 // look reads the consumer's state and adapts the window. It reports
@@ -110,30 +126,31 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	w.full = false
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		w.pending, w.since, err = 0, 0, nil // no sink yet: open
+		w.waiting, err = w.waiting[:0], nil // no sink yet: open
 	case err != nil:
-		w.pending, w.since = 0, 0 // open
+		w.waiting = w.waiting[:0] // open
 	default:
-		w.pending, w.since = int(info.NumPending), 0
+		// The consumer delivers in stream order (redeliveries aside), so
+		// what it has not delivered is above its last delivered sequence.
+		w.waiting = slices.DeleteFunc(w.waiting, func(seq uint64) bool { return seq <= info.Delivered.Stream })
 		floor := max(workWindowMin, 2*w.grant)
 		switch {
 		case info.NumPending == 0 && info.NumWaiting > 0 && full:
 			w.size = min(w.size+w.size/2, workWindowMax) // sinks wait for work: let more through
-		case w.pending > w.size/2:
+		case len(w.waiting) > w.size/2:
 			w.size = max(w.size-w.size/8, floor)
 		}
 	}
-	return w.pending+w.reserved < w.size, err
+	return len(w.waiting)+w.reserved < w.size, err
 }
 
-// idle says the window has nothing to learn from the consumer: nothing
-// published or reserved since it last looked, none pending then, and no
-// grant held back. A destination without traffic (a partner of a quiet
+// idle says the window has nothing to learn from the consumer: none of
+// this dispatcher's items waiting, none reserved, and no grant held back. A destination without traffic (a partner of a quiet
 // tenant, say) then costs no request.
 func (w *workWindow) idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.pending == 0 && w.since == 0 && w.reserved == 0 && !w.full
+	return len(w.waiting) == 0 && w.reserved == 0 && !w.full
 }
 
 func (w *workWindow) consumerInfo(ctx context.Context) (*jetstream.ConsumerInfo, error) {

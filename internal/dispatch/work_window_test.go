@@ -1,12 +1,17 @@
 package dispatch_test
 
 import (
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // With slow sinks and slot limits far above what they take, the work window
@@ -23,7 +28,7 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const (
-				n     = 1500
+				n     = 3000
 				batch = 10
 				limit = 100
 			)
@@ -34,7 +39,8 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 			}
 			seqs := e.interleave(n/len(tenants), tenants, 1, 1, 1)
 			// Sinks slow enough (40 items/s) that, without the window, the
-			// dispatcher queues most of the 150 items even on a loaded machine.
+			// dispatcher queues a third of the 300 items or more even on a
+			// loaded machine.
 			s := e.startSink(pg, 2, nil, func() time.Duration { return 50 * time.Millisecond })
 			d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, DeepWork: tc.deep}, nil)
 			var peak atomic.Uint64
@@ -63,4 +69,94 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The work window is per dispatcher: where two dispatchers share the
+// sinks, the one granting a flood fills WORK to its own window and stops
+// there, and the other still publishes its small tenant's items, though
+// what waits in WORK is past the window. The sink holds the first
+// item it takes until the end, so nothing waiting is delivered meanwhile.
+func TestWorkWindowIsPerDispatcher(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	var candidates []string
+	for i := range 16 {
+		id := fmt.Sprintf("t%02d", i)
+		candidates = append(candidates, id)
+		e.tenant(id, 1, 1000, pg)
+	}
+	gate := make(chan struct{})
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	s := e.startSink(pg, 1, nil, func() time.Duration { <-gate; return 0 })
+	t.Cleanup(release)
+	ds := map[string]*dispatch.Dispatcher{}
+	for _, h := range []string{"disp-a", "disp-b"} {
+		ds[h] = e.start(&dispatch.Config{Dests: []string{pg}, Holder: h, BatchSize: 10, Heartbeat: time.Second, PollInterval: time.Second}, nil)
+	}
+	layout := events.LayoutDefault
+	e.waitFor("the dispatchers split the partitions", func() bool {
+		if len(ds["disp-a"].Members()) != 2 || len(ds["disp-b"].Members()) != 2 {
+			return false
+		}
+		a, b := ds["disp-a"].Partitions(), ds["disp-b"].Partitions()
+		return len(a)+len(b) == layout.Count() && len(a) > 0 && len(b) > 0 &&
+			!slices.ContainsFunc(a, func(p int) bool { return slices.Contains(b, p) })
+	})
+	var flood, small string
+	for _, id := range candidates {
+		p := layout.PartitionOf(id)
+		if flood == "" && slices.Contains(ds["disp-a"].Partitions(), p) {
+			flood = id
+		} else if small == "" && slices.Contains(ds["disp-b"].Partitions(), p) {
+			small = id
+		}
+	}
+	if flood == "" || small == "" {
+		t.Fatalf("no tenant of each dispatcher's partitions among %v", candidates)
+	}
+
+	seqs := map[string][]uint64{flood: e.publish(flood, 1000)}
+	pending := func() uint64 {
+		cons, err := e.js.Consumer(e.ctx, work.StreamName, work.ConsumerName(pg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons.CachedInfo().NumPending
+	}
+	const window = 8 // the window's floor: 2 grants of GrantBatchesDefault items
+	e.waitFor("the flood's dispatcher fills its window", func() bool { return pending() >= window })
+	time.Sleep(200 * time.Millisecond) // it would go past its window by now
+	// Grants that begin together may each pass the window by a grant.
+	if n := pending(); n > 2*window {
+		t.Fatalf("%d of the flood's items wait in WORK, past its dispatcher's window of %d", n, window)
+	}
+
+	// The small tenant's dispatcher publishes its first item, then looks
+	// at WORK with its item waiting behind the flood's; its second item
+	// goes out all the same.
+	var last uint64
+	for i := range 2 {
+		seqs[small] = append(seqs[small], e.publish(small, 1)...)
+		testenv.Eventually(t, 5*time.Second, fmt.Sprintf("the small tenant's item %d in WORK while the flood's fill the window", i+1), func() error {
+			stream, err := e.js.Stream(e.ctx, work.StreamName)
+			if err != nil {
+				return err
+			}
+			m, err := stream.GetLastMsgForSubject(e.ctx, work.Subject(pg, small))
+			if err != nil {
+				return err
+			}
+			if m.Sequence == last {
+				return fmt.Errorf("its last item is still the one at %d", last)
+			}
+			last = m.Sequence
+			return nil
+		})
+		time.Sleep(100 * time.Millisecond) // it has looked at WORK since
+	}
+
+	release()
+	e.waitFor("every event applied", func() bool { return s.events(flood)+s.events(small) >= 1002 })
+	checkExactlyOnce(t, s.snapshot(), seqs, false)
 }
