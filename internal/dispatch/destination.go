@@ -39,6 +39,10 @@ type destination struct {
 	// its events (laneKey); in a replay lane, one per tenant.
 	mu      sync.Mutex
 	tenants map[string]*tenantState
+	// grants counts the grants whose outcome set a tenant's cursor
+	// (tenantState.setAt): a read of PostgreSQL taken before (asOf) must
+	// not put a cursor back (seed).
+	grants uint64
 }
 
 // laneKey is the key of the state of tenant's events of priority p in a
@@ -67,6 +71,7 @@ type tenantState struct {
 	lastSeq uint64 // highest sequence the doorbell saw, or at least the last of the scan's backlog
 	weight  int
 	granted bool   // a grant is outstanding
+	setAt   uint64 // destination.grants when a grant's outcome last set cursor
 	blocked bool   // at its slot limit (or set aside after an error)
 	gen     uint64 // bumped by every release wake-up
 	// full: the tenant's last grant found its slot limit; freed counts the
@@ -345,7 +350,7 @@ func (x *destination) finish(ts *tenantState, next uint64, n int, pending, bells
 	defer x.mu.Unlock()
 	k := x.key(ts.tenant)
 	ts.granted = false
-	ts.cursor = next
+	x.setCursor(ts, next)
 	x.forgetBelow(ts, next)
 	x.endFeed(ts)
 	backlog := int64(pending)
@@ -454,12 +459,15 @@ func (x *destination) waiting(ts *tenantState) int64 {
 // counted it from its first waiting event, first (0: none); in a replay
 // lane, p.NextSeq is the replay's cursor and the backlog what is left of
 // the replay (seedReplay). A state with a grant outstanding keeps what its
-// grant will report; seed then reports false.
+// grant will report, and one whose grant ended after p was read (asOf,
+// from x.asOf before the read) keeps what that grant set: p would put its
+// cursor back, and its next grant would lose the cursor check to its own
+// last one. seed then reports false.
 //
 // dense, when it covers p.NextSeq, is a run of the tenant's events a grant
 // may cut by arithmetic (denseRun); otherwise what was known is kept while
 // it covers the cursor.
-func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, first uint64, dense denseRun) bool {
+func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, first uint64, dense denseRun, asOf uint64) bool {
 	x.mu.Lock()
 	ts := x.stateOf(p.Tenant, pr)
 	next := p.NextFor(pr)
@@ -488,7 +496,7 @@ func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, fir
 	if !x.replay && !x.d.parts.backDone(ts.part) && ts.backExpect == 0 && first > 0 {
 		ts.backFirst, ts.backExpect = first, backlog
 	}
-	granted := ts.granted
+	granted := ts.granted || ts.setAt > asOf
 	if !granted {
 		ts.cursor = next
 		// Forget what was dispatched, as a grant does: a pair parked for
@@ -503,6 +511,20 @@ func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, fir
 		x.kick()
 	}
 	return !granted
+}
+
+// asOf returns what seed needs to tell a read of PostgreSQL taken now
+// from a grant that ends after it.
+func (x *destination) asOf() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.grants
+}
+
+// setCursor sets ts's cursor from a grant's outcome (x.mu held).
+func (x *destination) setCursor(ts *tenantState, next uint64) {
+	x.grants++
+	ts.cursor, ts.setAt = next, x.grants
 }
 
 // granted says whether a grant of tenant is in flight.

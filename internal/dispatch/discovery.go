@@ -76,6 +76,10 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 			}
 		}
 	}
+	asOf := map[*destination]uint64{}
+	for _, x := range d.allLanes() {
+		asOf[x] = x.asOf()
+	}
 	states := map[string]map[string]tenancy.PairState{}
 	for _, x := range d.allDests() {
 		ps, err := d.st.PairStates(ctx, x.name)
@@ -114,7 +118,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 				run, err = d.denseBacklog(ctx, p.tenant, p.prio, cursor, backlog, first)
 			}
 			if err == nil && p.first {
-				_, err = d.seedReplay(ctx, p.x.replays, ps)
+				_, err = d.seedReplay(ctx, p.x.replays, ps, asOf[p.x.replays])
 			}
 			if err != nil {
 				mu.Lock()
@@ -134,7 +138,7 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 				wait.note(d.parts.layout.PartitionOf(p.tenant), laneKey(p.tenant, p.prio), first, backlog)
 				mu.Unlock()
 			}
-			p.x.seed(ps, p.prio, backlog, first, run)
+			p.x.seed(ps, p.prio, backlog, first, run, asOf[p.x])
 		})
 	}
 	wg.Wait()
@@ -209,12 +213,13 @@ func (d *Dispatcher) reloadLane(ctx context.Context, x *destination, tenant stri
 			sleepCtx(ctx, 20*time.Millisecond)
 			continue
 		}
+		asOf := x.asOf()
 		ps, err := d.st.PairState(ctx, tenant, x.name)
 		if err != nil {
 			return err
 		}
 		if x.replay {
-			if seeded, err := d.seedReplay(ctx, x, ps); err != nil || seeded {
+			if seeded, err := d.seedReplay(ctx, x, ps, asOf); err != nil || seeded {
 				return err
 			}
 			continue // a grant began between the reads and the seed
@@ -234,7 +239,7 @@ func (d *Dispatcher) reloadLane(ctx context.Context, x *destination, tenant stri
 			// pair new to this dispatcher (a partner just added) may have
 			// events of it in the stream already.
 			if backlog > 0 || p == events.PriorityNormal || x.knows(tenant, p) {
-				seeded = x.seed(ps, p, backlog, first, dense) && seeded
+				seeded = x.seed(ps, p, backlog, first, dense, asOf) && seeded
 			}
 		}
 		if seeded {
@@ -263,7 +268,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // Two probes per replaying pair: from its replay cursor and from its end.
 // seeded is false when a grant of the tenant began in the lane meanwhile
 // (destination.seed).
-func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.PairState) (seeded bool, err error) {
+func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.PairState, asOf uint64) (seeded bool, err error) {
 	rp := ps
 	rp.NextSeq = max(ps.ReplayNext, 1)
 	if !ps.Replaying() {
@@ -274,7 +279,7 @@ func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.
 			return true, nil
 		}
 		rp.NextSeq = max(rp.NextSeq, ps.ReplayUntil)
-		return x.seed(rp, "", 0, 0, denseRun{}), nil
+		return x.seed(rp, "", 0, 0, denseRun{}, asOf), nil
 	}
 	backlog, first, err := d.probe(ctx, ps.Tenant, "", rp.NextSeq)
 	if err != nil {
@@ -291,7 +296,7 @@ func (d *Dispatcher) seedReplay(ctx context.Context, x *destination, ps tenancy.
 	}
 	// At least one grant while it runs, even with none of the tenant's
 	// events left: that grant ends it (FinishReplay).
-	return x.seed(rp, "", max(left, 1), first, dense), nil
+	return x.seed(rp, "", max(left, 1), first, dense, asOf), nil
 }
 
 // denseBacklog returns the backlog of tenant's events of priority p as

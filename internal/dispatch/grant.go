@@ -271,9 +271,9 @@ func (x *destination) commit(ctx context.Context, p *grant) (leases []tenancy.Le
 		c, cerr := x.cursorOf(ctx, ts)
 		x.mu.Lock()
 		ts.granted = false
-		ts.cursor = 0
+		ts.cursor = 0 // unknown: the next seed loads it
 		if cerr == nil {
-			ts.cursor = c
+			x.setCursor(ts, c)
 			x.endFeed(ts)
 		}
 		_ = x.sched.Done(k, 0, 0)

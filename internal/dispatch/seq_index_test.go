@@ -294,7 +294,7 @@ func TestBackfillKeepsScanBacklog(t *testing.T) {
 	t.Parallel()
 	_, x, sched := grantingDestination(t)
 	// The scan: 200 events of solo from sequence 1.
-	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 200, 1, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 200, 1, denseRun{}, x.asOf())
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 16; seq++ {
 		x.bell("solo", events.PriorityNormal, seq, at, nil, true)
@@ -315,8 +315,8 @@ func TestGrantCutsWhatBackfillDelivered(t *testing.T) {
 	t.Parallel()
 	d, x, _ := grantingDestination(t)
 	d.readsFrom(1, 1001) // the backfill covers 1..1000, and has delivered up to 32
-	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{})
-	x.seed(tenancy.PairState{Tenant: "late", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 40, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{}, x.asOf())
+	x.seed(tenancy.PairState{Tenant: "late", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 40, denseRun{}, x.asOf())
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 32; seq += 2 {
 		x.bell("solo", events.PriorityNormal, seq, at, nil, true) // 16 events, every other sequence
@@ -372,13 +372,13 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	}
 	x := newDestination(d, "postgres", sched, testScheduler(t, sc))
 	d.readsFrom(0, 1) // the doorbell follows the stream from its start
-	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, events.PriorityNormal, 0, 0, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 1, Weight: 1}, events.PriorityNormal, 0, 0, denseRun{}, x.asOf())
 	at := time.Unix(1_764_000_000, 0)
 	for seq := uint64(1); seq <= 100; seq++ {
 		x.bell("other", events.PriorityNormal, seq, at, nil, false)
 	}
 	// The owner dispatched 90 of them; a poll tells this dispatcher.
-	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 91, Weight: 1}, events.PriorityNormal, 10, 91, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "other", NextSeq: 91, Weight: 1}, events.PriorityNormal, 10, 91, denseRun{}, x.asOf())
 	x.mu.Lock()
 	held := x.tenants["other"].live.count()
 	x.mu.Unlock()
@@ -391,7 +391,7 @@ func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	// tenant's next live events (the 10,000-tenant benchmark's second
 	// round took 17 s instead of 5).
 	d.readsFrom(0, 200)
-	x.seed(tenancy.PairState{Tenant: "fresh", NextSeq: 150, Weight: 1}, events.PriorityNormal, 0, 0, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "fresh", NextSeq: 150, Weight: 1}, events.PriorityNormal, 0, 0, denseRun{}, x.asOf())
 	x.mu.Lock()
 	floor := x.tenants["fresh"].live.floor
 	x.mu.Unlock()
@@ -491,7 +491,7 @@ func TestWaitForBackfill(t *testing.T) {
 	}
 	// A tenant with less than a batch counted is read at once, however far
 	// the backfill still is from its events.
-	x.seed(tenancy.PairState{Tenant: "tiny", NextSeq: 1, Weight: 1}, events.PriorityNormal, 3, 900, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "tiny", NextSeq: 1, Weight: 1}, events.PriorityNormal, 3, 900, denseRun{}, x.asOf())
 	if x.waitForBackfill(x.key("tiny"), x.state("tiny"), 1, 0, false) {
 		t.Fatal("a tenant with 3 events counted held back for the backfill")
 	}
@@ -511,7 +511,7 @@ func soloInBackfill(t *testing.T) (x *destination, sched *scheduler.Scheduler, m
 	}
 	d.m = m
 	d.readsFrom(1, 1001)
-	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{}, x.asOf())
 	ts = x.state("solo")
 	k = x.key("solo")
 	grant = func() {
@@ -603,9 +603,43 @@ func TestNewTenantDoesNotWaitForBackfill(t *testing.T) {
 	if x.waitForBackfill(x.key("new"), ts, 1, 1, true) {
 		t.Error("the new tenant's one-event grant is held for the backfill")
 	}
-	x.seed(tenancy.PairState{Tenant: "old", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{})
+	x.seed(tenancy.PairState{Tenant: "old", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{}, x.asOf())
 	x.bell("old", events.PriorityNormal, 1, at, nil, true)
 	if !x.waitForBackfill(x.key("old"), x.state("old"), 1, 1, true) {
 		t.Error("a scanned tenant's short grant is not held for the backfill")
+	}
+}
+
+// A read of PostgreSQL taken before a grant of the tenant ended (a poll's
+// scan, a reload) does not put its cursor back: the next grant would
+// begin where the last one began and lose the cursor check to it. A read
+// taken after the grant applies.
+func TestStaleSeedKeepsTheGrantsCursor(t *testing.T) {
+	t.Parallel()
+	d, x, _ := grantingDestination(t)
+	d.readsFrom(0, 1)
+	x.seed(tenancy.PairState{Tenant: "acme", NextSeq: 1, Weight: 1}, events.PriorityNormal, 30, 1, denseRun{}, x.asOf())
+	cursor := func() uint64 {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return x.tenants["acme"].cursor
+	}
+
+	asOf := x.asOf() // a poll reads the cursor, 1, ...
+	x.mu.Lock()
+	ts := x.tenants["acme"]
+	ts.granted = true
+	x.mu.Unlock()
+	x.finish(ts, 11, 10, 20, ts.bells) // ... a grant of 10 ends ...
+	if x.seed(tenancy.PairState{Tenant: "acme", NextSeq: 1, Weight: 1}, events.PriorityNormal, 30, 1, denseRun{}, asOf) {
+		t.Error("a read from before the grant seeded the tenant")
+	}
+	if c := cursor(); c != 11 {
+		t.Fatalf("cursor %d after a read from before the grant, want the grant's 11", c)
+	}
+
+	x.seed(tenancy.PairState{Tenant: "acme", NextSeq: 21, Weight: 1}, events.PriorityNormal, 10, 21, denseRun{}, x.asOf())
+	if c := cursor(); c != 21 {
+		t.Fatalf("cursor %d after a read from after the grant, want 21", c)
 	}
 }
