@@ -78,6 +78,7 @@ type Dispatcher struct {
 
 	recoverKick chan struct{}
 	beatKick    chan struct{}  // heartbeat now: a dispatcher joined or left
+	readKick    chan struct{}  // partitions moved: readLoop aligns the readers
 	reloads     sync.WaitGroup // reloadPair calls
 	feeds       sync.WaitGroup // replay feeds (replay_feed.go)
 
@@ -122,6 +123,7 @@ type hooks struct {
 	onBell         func(tenant string, seq uint64) // the doorbell rang for tenant
 	feedHeld       func(n int)                     // a replay feed added an event and now holds n
 	atLimit        func(scheduler.Key)             // a grant found its slot limit; its end not yet reported
+	takeOver       func(parts []int)               // partitions gained are about to be scanned and read
 }
 
 // New returns a Dispatcher. It does nothing until Run.
@@ -163,6 +165,7 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 		tenantDests: map[string][]string{},
 		recoverKick: make(chan struct{}, 1),
 		beatKick:    make(chan struct{}, 1),
+		readKick:    make(chan struct{}, 1),
 		bodies:      newBodyBudget(c.BodyBudget),
 		parts:       newPartReads(events.Layout{}), // Run asks the stream
 		readers:     map[int]*reader{},
@@ -271,6 +274,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	aux.Go(func() { d.recoverLoop(ctx, workCtx) })
 	aux.Go(func() { d.pollLoop(ctx, stream) })
 	aux.Go(func() { d.heartbeatLoop(ctx) })
+	aux.Go(func() { d.readLoop(ctx) })
 	if d.cfg.BodyBudget > 0 {
 		aux.Go(func() { d.refillLoop(ctx) })
 	}

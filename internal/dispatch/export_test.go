@@ -1,6 +1,9 @@
 package dispatch
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
@@ -14,6 +17,7 @@ func (d *Dispatcher) SetAfterCommit(f func([]tenancy.Lease))      { d.hooks.afte
 func (d *Dispatcher) SetOnBell(f func(tenant string, seq uint64)) { d.hooks.onBell = f }
 func (d *Dispatcher) SetFeedHeld(f func(n int))                   { d.hooks.feedHeld = f }
 func (d *Dispatcher) SetAtLimit(f func(scheduler.Key))            { d.hooks.atLimit = f }
+func (d *Dispatcher) SetTakeOver(f func(parts []int))             { d.hooks.takeOver = f }
 
 // Feeds returns how many replay feeds are running.
 func (d *Dispatcher) Feeds() float64 { return testutil.ToFloat64(d.m.feeds) }
@@ -149,6 +153,11 @@ func (d *Dispatcher) readsFrom(backFrom, liveFrom uint64) {
 
 // Partitions returns the partitions d reads.
 func (d *Dispatcher) Partitions() []int { return d.parts.ownedNow() }
+
+// Reading is the partitions this dispatcher's readers read, sorted.
+func (d *Dispatcher) Reading() []int {
+	return slices.Sorted(maps.Keys(d.readersNow()))
+}
 
 // OwnedParts is ownedParts, for tests.
 var OwnedParts = ownedParts

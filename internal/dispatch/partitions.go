@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fairwayhq/fairway/pkg/events"
 )
@@ -27,7 +28,10 @@ import (
 // stops their readers and forgets their tenants' indexes and bodies
 // (their new owner dispatches them); for those it gains it starts readers
 // as at start: a doorbell from the stream's end, a scan of their tenants'
-// backlogs, a backfill from the oldest waiting event (takeOver). Until
+// backlogs, a backfill from the oldest waiting event (takeOver). One loop
+// (readLoop) starts and stops the readers, one move at a time, so a
+// takeover overtaken by the next move never leaves a partition read by a
+// dispatcher that no longer owns it. Until
 // that backfill has delivered a tenant's events its grants read them from
 // PRODUCTS, which is always right. While two dispatchers' views differ
 // both may grant a pair; the cursor check in tenancy.DispatchMany
@@ -338,24 +342,92 @@ func (d *Dispatcher) moveParts(ctx context.Context) {
 	for _, x := range d.allLanes() {
 		x.dropParts(append(lost, gained...), from)
 	}
-	if len(gained) == 0 {
-		return
+	d.kickReaders()
+}
+
+// kickReaders has readLoop bring the readers in line with the partitions
+// owned.
+func (d *Dispatcher) kickReaders() {
+	select {
+	case d.readKick <- struct{}{}:
+	default:
 	}
-	d.reloads.Go(func() {
-		if err := d.takeOver(ctx, gained, from); err != nil && ctx.Err() == nil {
-			d.log.Warn("taking gained partitions over failed; the next poll scans them, and their backlog is read", "partitions", gained, "err", err)
+}
+
+// readLoop brings the readers in line with the partitions owned whenever
+// they move (kickReaders), until ctx ends. It alone starts and stops
+// readers once Run has started the first ones, one move at a time: a
+// takeover still scanning when the partitions move again would otherwise
+// start readers of partitions no longer owned, and keep them. A takeover
+// that fails is tried again a second later.
+func (d *Dispatcher) readLoop(ctx context.Context) {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.readKick:
+		case <-retry.C:
+		}
+		if err := d.alignReaders(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("taking gained partitions over failed; trying again", "err", err)
 			d.m.errors.WithLabelValues("", "scan").Inc()
+			retry.Reset(time.Second)
 		}
-		for _, x := range d.allLanes() {
-			x.kick()
+	}
+}
+
+// alignReaders stops the readers of partitions not owned (and those
+// grouped otherwise than readGroups would group the partitions owned now)
+// and takes over the partitions owned that none reads.
+func (d *Dispatcher) alignReaders(ctx context.Context) error {
+	want := d.parts.ownedNow()
+	groups := d.parts.readGroups(want)
+	var stop []int
+	for p, rd := range d.readersNow() {
+		if !slices.Contains(want, p) || !slices.ContainsFunc(groups, func(g []int) bool { return slices.Equal(g, rd.parts) }) {
+			stop = append(stop, p)
 		}
-	})
+	}
+	d.stopReading(stop)
+	readers := d.readersNow()
+	var missing []int
+	for _, p := range want {
+		if readers[p] == nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(stop) == 0 && len(missing) == 0 {
+		return nil
+	}
+	last, err := d.streamLast(ctx)
+	if err != nil {
+		return err
+	}
+	for _, x := range d.allLanes() {
+		x.dropParts(append(stop, missing...), last+1)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := d.takeOver(ctx, missing, last+1); err != nil {
+		return err
+	}
+	for _, x := range d.allLanes() {
+		x.kick()
+	}
+	return nil
 }
 
 // takeOver starts reading partitions gained while running as Run does at
 // start: their doorbells from sequence from, a scan of their tenants'
 // backlogs, and their backfills up to from-1.
 func (d *Dispatcher) takeOver(ctx context.Context, gained []int, from uint64) error {
+	if h := d.hooks.takeOver; h != nil {
+		h(gained)
+	}
 	stream, err := d.js.Stream(ctx, d.cfg.Stream)
 	if err != nil {
 		return err
