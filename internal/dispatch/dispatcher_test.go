@@ -107,7 +107,7 @@ func TestWeightedSharesInterleaved(t *testing.T) {
 	t.Parallel()
 	const (
 		perGroup = 10
-		backlog  = 500 // events per tenant
+		backlog  = 1000 // events per tenant
 		batch    = 10
 	)
 	e := setup(t, time.Minute)
