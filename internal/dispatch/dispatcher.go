@@ -539,9 +539,7 @@ func parseSubject(subject string) (tenant string, op events.Op, p events.Priorit
 	if !ok {
 		return "", "", "", false
 	}
-	if events.SubjectPartition(subject) >= 0 {
-		_, rest, _ = strings.Cut(rest, ".")
-	}
+	_, rest = events.CutPartition(rest)
 	tenant, rest, ok = strings.Cut(rest, ".")
 	if !ok || tenant == "" || rest == "" {
 		return "", "", "", false

@@ -70,7 +70,7 @@ func (d *Dispatcher) owns(tenant, dest string) bool {
 		return true
 	}
 	if d.parts != nil && d.parts.partitioned() {
-		return slices.Contains(d.parts.ownedNow(), d.parts.layout.PartitionOf(tenant))
+		return d.parts.ownsPart(d.parts.layout.PartitionOf(tenant))
 	}
 	return owner(m.members, tenant, dest) == d.cfg.Holder
 }

@@ -50,8 +50,23 @@ type partReads struct {
 	layout events.Layout
 	parts  []partRead
 
-	mu    sync.Mutex
-	owned []int // sorted; nil before the first heartbeat
+	mu    sync.Mutex               // orders moveParts' swaps of owned
+	owned atomic.Pointer[ownedSet] // nil before the first heartbeat
+}
+
+// ownedSet is the partitions a dispatcher owns: sorted, and as a table
+// by partition, so owns (a few calls per event) reads it without a lock.
+type ownedSet struct {
+	parts []int
+	has   []bool
+}
+
+func newOwnedSet(parts []int, n int) *ownedSet {
+	has := make([]bool, n)
+	for _, p := range parts {
+		has[p] = true
+	}
+	return &ownedSet{parts: parts, has: has}
 }
 
 // partRead is where the index (seq_index.go) is exact for one partition's
@@ -110,9 +125,17 @@ func (r *partReads) ownedNow() []int {
 	if !r.partitioned() {
 		return []int{0}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.owned
+	if o := r.owned.Load(); o != nil {
+		return o.parts
+	}
+	return nil
+}
+
+// ownsPart says whether this dispatcher owns partition p (of a
+// partitioned stream).
+func (r *partReads) ownsPart(p int) bool {
+	o := r.owned.Load()
+	return o != nil && p >= 0 && p < len(o.has) && o.has[p]
 }
 
 // partOwners assigns n partitions to members: a draft in rounds, in
@@ -303,12 +326,12 @@ func (d *Dispatcher) moveParts(ctx context.Context) {
 	owned := d.ownedParts()
 	r := d.parts
 	r.mu.Lock()
-	old := r.owned
+	old := r.ownedNow()
 	if old != nil && slices.Equal(old, owned) {
 		r.mu.Unlock()
 		return
 	}
-	r.owned = owned
+	r.owned.Store(newOwnedSet(owned, r.layout.Count()))
 	r.mu.Unlock()
 	d.m.partitions.Set(float64(len(owned)))
 	d.reloads.Go(func() {

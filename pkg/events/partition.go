@@ -179,12 +179,20 @@ func SubjectPartition(subject string) int {
 	if !ok {
 		return -1
 	}
-	tok, rest, ok := strings.Cut(rest, ".")
-	if !ok || !partitioned(tok, rest) {
-		return -1
-	}
-	p, _ := strconv.Atoi(tok)
+	p, _ := CutPartition(rest)
 	return p
+}
+
+// CutPartition cuts the partition token off rest, a stored subject after
+// its prefix: it returns the partition and what follows it, or -1 and
+// rest itself when the subject carries no partition.
+func CutPartition(rest string) (p int, after string) {
+	tok, after, ok := strings.Cut(rest, ".")
+	if !ok || !partitioned(tok, after) {
+		return -1, rest
+	}
+	p, _ = strconv.Atoi(tok)
+	return p, after
 }
 
 // partitioned says whether a stored subject whose first token after the

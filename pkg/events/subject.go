@@ -105,9 +105,7 @@ func ParseSubject(subject string) (tenant string, op Op, p Priority, err error) 
 	if !ok {
 		return "", "", "", fmt.Errorf("subject %s: not under %q", quote(subject), SubjectPrefix)
 	}
-	if first, after, ok := strings.Cut(rest, "."); ok && partitioned(first, after) {
-		rest = after
-	}
+	_, rest = CutPartition(rest)
 	tenant, o, ok := strings.Cut(rest, ".")
 	if !ok {
 		return "", "", "", fmt.Errorf("subject %s: want %s.<tenant>.<op>[.<priority>]", quote(subject), SubjectPrefix)
