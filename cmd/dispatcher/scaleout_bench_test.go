@@ -191,7 +191,12 @@ func scaleOut(b *testing.B, bin string, count, n int) {
 		for _, src := range []string{"index", "dense", "read"} {
 			sources = append(sources, fmt.Sprintf("%s %.0f", src, metric(ds[i].listen, `fairway_dispatcher_grants_total{dest="postgres",source="`+src+`"} `)))
 		}
-		shares = append(shares, fmt.Sprintf("scale-%d %.0f (%.0f/s; grants: %s)", i+1, v, v/took.Seconds(), strings.Join(sources, ", ")))
+		waits := fmt.Sprintf("backfill waits %.0f, body waits %.0f, bodies refilled %.0f, events read %.0f",
+			metric(ds[i].listen, `fairway_dispatcher_backfill_waits_total{dest="postgres"} `),
+			metric(ds[i].listen, `fairway_dispatcher_body_waits_total{dest="postgres"} `),
+			metric(ds[i].listen, `fairway_dispatcher_bodies_refilled_total `),
+			metric(ds[i].listen, `fairway_dispatcher_read_events_total{dest="postgres"} `))
+		shares = append(shares, fmt.Sprintf("scale-%d %.0f (%.0f/s; grants: %s; %s)", i+1, v, v/took.Seconds(), strings.Join(sources, ", "), waits))
 	}
 	b.Logf("%d dispatchers: %d events (%d of them small tenants' live; %.0f dispatched) in %s, %.0f events/s; dispatchers' CPU %s, %.2f µs/event; NATS server's CPU %s, %.2f µs/event; small tenants' store to dispatch p50 %.1f ms, p99 %.1f ms (slowest: %s); per dispatcher: %s",
 		count, total, published.Load(), sum, took.Round(time.Millisecond), float64(total)/took.Seconds(), cpu.Round(time.Millisecond),
