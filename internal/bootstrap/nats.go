@@ -6,12 +6,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -309,7 +311,8 @@ func connectFailure(err error, urls string) (refused bool, hint string) {
 	switch {
 	case errors.As(err, &verify):
 		return true, " (--nats-ca, NATS_CA, names the CA that signed the server's certificate)"
-	case errors.As(err, &op) && op.Op == "remote error": // a TLS alert from the server
+	case errors.As(err, &op) && op.Op == "remote error", // a TLS alert from the server
+		closedAfterHandshake(err):
 		return true, " (the server refused the TLS handshake; one that verifies clients wants --nats-cert and --nats-key signed by its CA)"
 	case isAuthError(err):
 		return true, " (check --nats-creds, --nats-nkey or the user and password in --nats-url)"
@@ -321,6 +324,17 @@ func connectFailure(err error, urls string) (refused bool, hint string) {
 		return false, unreachable(urls) + " (set NATS_URL or --nats-url)"
 	}
 	return false, ""
+}
+
+// closedAfterHandshake says the server closed the connection right after
+// a completed TLS handshake. With TLS 1.3 the client finishes its side of
+// the handshake before the server has checked the client's certificate,
+// so a server that refuses it may close the connection before its alert
+// is read: nats.go then reports the read's EOF or the next write's broken
+// pipe or reset.
+func closedAfterHandshake(err error) bool {
+	return errors.Is(err, nats.ErrTLS) &&
+		(errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET))
 }
 
 // unreachable returns ": " and why a TCP connection to each of urls
