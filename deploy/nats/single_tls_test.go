@@ -70,7 +70,7 @@ func TestSingleNodeTLS(t *testing.T) {
 		change func(c *bootstrap.NATSConfig)
 		want   string
 	}{
-		{"no client certificate", func(c *bootstrap.NATSConfig) { c.Cert, c.Key = "", "" }, "remote error: tls"},
+		{"no client certificate", func(c *bootstrap.NATSConfig) { c.Cert, c.Key = "", "" }, "the server refused the TLS handshake"},
 		{"no CA", func(c *bootstrap.NATSConfig) { c.CA = "" }, "certificate signed by unknown authority"},
 		{"wrong password", func(c *bootstrap.NATSConfig) { c.URL = strings.Replace(url, "://", "://ingest:wrong@", 1) }, "Authorization Violation"},
 	} {
