@@ -332,19 +332,34 @@ func (d *Dispatcher) denseBacklog(ctx context.Context, tenant string, p events.P
 
 // startBackfill starts the backfill of parts from sequence from through
 // until (none when from is past until) and marks their index exact for
-// that region once it is delivered (partRead); nil when there is none.
-func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, parts []int) (jetstream.ConsumeContext, error) {
+// that region once it is delivered (partRead). The channel it returns is
+// closed when the backfill is over: delivered, or ctx ended (at once when
+// there is none).
+func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, parts []int) (<-chan struct{}, error) {
 	if from > until || len(parts) == 0 {
 		for _, p := range parts {
 			d.parts.parts[p].backDone.Store(true)
 		}
-		return nil, nil
+		over := make(chan struct{})
+		close(over)
+		return over, nil
 	}
+	d.markBackfill(from, parts)
+	_, over, err := d.startDoorbell(ctx, from, until, parts)
+	if h := d.hooks.backfill; h != nil && err == nil {
+		h(parts, over)
+	}
+	return over, err
+}
+
+// markBackfill records that parts are backfilled from sequence from on,
+// before their backfill delivers anything: their tenants' grants wait for
+// it rather than read PRODUCTS (waitForBackfill).
+func (d *Dispatcher) markBackfill(from uint64, parts []int) {
 	for _, p := range parts {
 		d.parts.parts[p].backSeq.Store(0)
 		d.parts.parts[p].backFrom.Store(from)
 	}
-	return d.startDoorbell(ctx, from, until, parts)
 }
 
 // waiting is what a scan found waiting, per partition, for a backfill to
@@ -431,7 +446,7 @@ func (d *Dispatcher) backfillFrom(lastSeq, oldest uint64) uint64 {
 // on the doorbell connection (Deps.Doorbell). Both read the partitions
 // this dispatcher owns (filters: partReads.filters); idle, the doorbell
 // reads none until they move (moveParts).
-func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, parts []int) (jetstream.ConsumeContext, error) {
+func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, parts []int) (cc jetstream.ConsumeContext, over <-chan struct{}, err error) {
 	backfill := until > 0
 	filters := d.parts.filters(parts)
 	bellSeq := new(atomic.Uint64)
@@ -495,13 +510,16 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, part
 		}
 	}
 	if !backfill {
-		return d.startPacedBell(ctx, from, filters, bellSeq, handle)
+		bell, err := d.startPacedBell(ctx, from, filters, bellSeq, handle)
+		return bell, nil, err
 	}
-	cc, err := d.consumeStream(ctx, from, doorbellPull, filters, handle, "backfill")
+	cc, err = d.consumeStream(ctx, from, doorbellPull, filters, handle, "backfill")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	finished := make(chan struct{})
 	go func() {
+		defer close(finished)
 		select {
 		case <-reached:
 			for _, p := range parts {
@@ -516,7 +534,7 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, part
 			cc.Stop()
 		}
 	}()
-	return cc, nil
+	return cc, finished, nil
 }
 
 // consumeStream consumes the stream from sequence from with an ordered

@@ -118,12 +118,13 @@ type Dispatcher struct {
 
 // hooks let tests stop the dispatcher at exact points. All optional.
 type hooks struct {
-	beforeDispatch func(scheduler.Grant)           // a grant is about to be read
-	afterCommit    func([]tenancy.Lease)           // a grant's batches committed; no item published yet
-	onBell         func(tenant string, seq uint64) // the doorbell rang for tenant
-	feedHeld       func(n int)                     // a replay feed added an event and now holds n
-	atLimit        func(scheduler.Key)             // a grant found its slot limit; its end not yet reported
-	takeOver       func(parts []int)               // partitions gained are about to be scanned and read
+	beforeDispatch func(scheduler.Grant)                   // a grant is about to be read
+	afterCommit    func([]tenancy.Lease)                   // a grant's batches committed; no item published yet
+	onBell         func(tenant string, seq uint64)         // the doorbell rang for tenant
+	feedHeld       func(n int)                             // a replay feed added an event and now holds n
+	atLimit        func(scheduler.Key)                     // a grant found its slot limit; its end not yet reported
+	takeOver       func(parts []int)                       // partitions gained are about to be scanned and read
+	backfill       func(parts []int, over <-chan struct{}) // a backfill of parts started; over closes when it is
 }
 
 // New returns a Dispatcher. It does nothing until Run.

@@ -18,6 +18,9 @@ func (d *Dispatcher) SetOnBell(f func(tenant string, seq uint64)) { d.hooks.onBe
 func (d *Dispatcher) SetFeedHeld(f func(n int))                   { d.hooks.feedHeld = f }
 func (d *Dispatcher) SetAtLimit(f func(scheduler.Key))            { d.hooks.atLimit = f }
 func (d *Dispatcher) SetTakeOver(f func(parts []int))             { d.hooks.takeOver = f }
+func (d *Dispatcher) SetBackfill(f func(parts []int, over <-chan struct{})) {
+	d.hooks.backfill = f
+}
 
 // Feeds returns how many replay feeds are running.
 func (d *Dispatcher) Feeds() float64 { return testutil.ToFloat64(d.m.feeds) }

@@ -231,12 +231,7 @@ func splitTenants(t *testing.T, partitioned bool, holders []string) {
 func TestPartitionsMovedDuringATakeOver(t *testing.T) {
 	t.Parallel()
 	e := setup(t, time.Minute)
-	var tenants []string
-	for i := range 16 {
-		id := fmt.Sprintf("t%02d", i)
-		tenants = append(tenants, id)
-		e.tenant(id, 1, 4, pg)
-	}
+	tenants := e.numbered(16, 4)
 	s := e.startSink(pg, 2, nil, func() time.Duration { return 0 })
 	var armed atomic.Bool
 	entered, hold := make(chan []int, 1), make(chan struct{})
@@ -396,5 +391,71 @@ func TestPartitionsSplitEvenly(t *testing.T) {
 				t.Errorf("%d partitions: when one of %d dispatchers left, the others kept %d of their %d partitions", n, k, stayed, kept)
 			}
 		}
+	}
+}
+
+// A dispatcher that reads its partitions apart backfills them one at a
+// time: each backfill is filtered on its partition and makes the server
+// walk the whole backlog, and several at once delayed the doorbells' live
+// events by seconds. Every partition's backlog is still dispatched, each
+// event once.
+func TestPartitionBackfillsRunInTurn(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	tenants := e.numbered(16, 64)
+	runs := make([]int, len(tenants))
+	for i := range runs {
+		runs[i] = 1
+	}
+	seqs := e.interleave(1000, tenants, runs...)
+	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+
+	type count struct {
+		mu           sync.Mutex
+		running, max int
+		parts        []int
+	}
+	counts := map[string]*count{}
+	for _, h := range []string{"disp-a", "disp-b"} {
+		c := &count{}
+		counts[h] = c
+		e.start(&dispatch.Config{Dests: []string{pg}, Holder: h, Heartbeat: time.Second, PollInterval: time.Hour}, func(d *dispatch.Dispatcher) {
+			d.SetBackfill(func(parts []int, over <-chan struct{}) {
+				if len(parts) != 1 {
+					return // a dispatcher owning every partition reads them as one
+				}
+				c.mu.Lock()
+				c.running++
+				c.max = max(c.max, c.running)
+				c.parts = append(c.parts, parts[0])
+				c.mu.Unlock()
+				go func() {
+					<-over
+					c.mu.Lock()
+					c.running--
+					c.mu.Unlock()
+				}()
+			})
+		})
+	}
+	e.waitFor("every event applied", func() bool {
+		n := 0
+		for _, id := range tenants {
+			n += s.events(id)
+		}
+		return n >= len(tenants)*1000
+	})
+	checkExactlyOnce(t, s.snapshot(), seqs, false)
+	apart := 0
+	for h, c := range counts {
+		c.mu.Lock()
+		if c.max > 1 {
+			t.Errorf("%s ran %d partition backfills at once (partitions %v)", h, c.max, c.parts)
+		}
+		apart += len(c.parts)
+		c.mu.Unlock()
+	}
+	if apart < 2 {
+		t.Fatalf("%d partitions backfilled apart: the test shows nothing", apart)
 	}
 }

@@ -235,14 +235,17 @@ func (r *partReads) readGroups(owned []int) [][]int {
 // doorbell delivers their events from sequence from on, and their
 // backfills from the oldest event waiting in them (wait) through from-1,
 // unless that is sparse for a partition read apart (backfillSparse).
+// Partitions read apart are backfilled one after another (backfillInTurn),
+// the first one before read returns.
 func (d *Dispatcher) read(ctx context.Context, parts []int, from uint64, wait waiting) error {
+	var turns []backfillTurn
 	for _, g := range d.parts.readGroups(parts) {
 		rctx, cancel := context.WithCancel(ctx)
 		rd := &reader{parts: g, cancel: cancel}
 		for _, p := range g {
 			d.parts.parts[p].live.Store(from)
 		}
-		bell, err := d.startDoorbell(rctx, from, 0, g)
+		bell, _, err := d.startDoorbell(rctx, from, 0, g)
 		if err != nil {
 			cancel()
 			return err
@@ -258,11 +261,63 @@ func (d *Dispatcher) read(ctx context.Context, parts []int, from uint64, wait wa
 		if d.parts.filters(g) != nil && start < from && backlog*backfillSparse < from-start {
 			start = from // sparse: its tenants' grants read their backlog
 		}
-		if _, err := d.startBackfill(rctx, start, from-1, g); err != nil {
-			return err
+		turns = append(turns, backfillTurn{ctx: rctx, from: start, until: from - 1, parts: g})
+	}
+	if len(turns) == 0 {
+		return nil
+	}
+	over, err := d.startBackfill(turns[0].ctx, turns[0].from, turns[0].until, turns[0].parts)
+	if err != nil {
+		return err
+	}
+	for _, t := range turns[1:] {
+		if t.from <= t.until {
+			d.markBackfill(t.from, t.parts)
 		}
 	}
+	if len(turns) > 1 {
+		d.reloads.Go(func() { d.backfillInTurn(over, turns[1:]) })
+	}
 	return nil
+}
+
+// backfillTurn is a backfill waiting for its turn: of parts, from sequence
+// from through until, while ctx (its reader's) lasts.
+type backfillTurn struct {
+	ctx         context.Context
+	from, until uint64
+	parts       []int
+}
+
+// backfillInTurn runs turns one after another once over is closed. Each
+// backfill read apart is filtered on its partition, and the server walks
+// the whole backlog for each: run at once, the backfills of a few
+// partitions kept it busy enough to deliver the doorbells' live events
+// seconds late. One at a time they cost the server the same in all,
+// spread out, while the partitions still waiting their turn have their
+// tenants' grants wait for them (markBackfill) rather than read PRODUCTS.
+// A backfill that cannot start leaves its partitions to be read by their
+// tenants' grants.
+func (d *Dispatcher) backfillInTurn(over <-chan struct{}, turns []backfillTurn) {
+	for _, t := range turns {
+		<-over
+		if t.ctx.Err() != nil {
+			continue // its reader stopped: its partition moved
+		}
+		var err error
+		if over, err = d.startBackfill(t.ctx, t.from, t.until, t.parts); err != nil {
+			if t.ctx.Err() == nil {
+				d.log.Warn("backfill failed to start; its partitions' tenants read their backlog", "partitions", t.parts, "err", err)
+				d.m.errors.WithLabelValues("", "backfill").Inc()
+			}
+			for _, p := range t.parts {
+				d.parts.parts[p].backFrom.Store(0)
+			}
+			closed := make(chan struct{})
+			close(closed)
+			over = closed
+		}
+	}
 }
 
 // stopReading stops the readers of parts and waits until their

@@ -106,6 +106,18 @@ func (e *env) tenant(id string, weight, limit int, dests ...string) {
 }
 
 // publish stores n events of tenant and returns their sequences.
+// numbered adds n tenants t00, t01, … of weight 1 with limit slots at
+// postgres and returns their ids.
+func (e *env) numbered(n, limit int) []string {
+	e.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%02d", i)
+		e.tenant(ids[i], 1, limit, pg)
+	}
+	return ids
+}
+
 func (e *env) publish(tenant string, n int) []uint64 {
 	e.t.Helper()
 	tenants := make([]string, n)

@@ -79,12 +79,7 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 func TestWorkWindowIsPerDispatcher(t *testing.T) {
 	t.Parallel()
 	e := setup(t, time.Minute)
-	var candidates []string
-	for i := range 16 {
-		id := fmt.Sprintf("t%02d", i)
-		candidates = append(candidates, id)
-		e.tenant(id, 1, 1000, pg)
-	}
+	candidates := e.numbered(16, 1000)
 	gate := make(chan struct{})
 	var open sync.Once
 	release := func() { open.Do(func() { close(gate) }) }
