@@ -340,9 +340,7 @@ func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, part
 		for _, p := range parts {
 			d.parts.parts[p].backDone.Store(true)
 		}
-		over := make(chan struct{})
-		close(over)
-		return over, nil
+		return closedChan, nil
 	}
 	d.markBackfill(from, parts)
 	_, over, err := d.startDoorbell(ctx, from, until, parts)
@@ -351,6 +349,9 @@ func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, part
 	}
 	return over, err
 }
+
+// closedChan is a closed channel: a wait that is already over.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // markBackfill records that parts are backfilled from sequence from on,
 // before their backfill delivers anything: their tenants' grants wait for

@@ -291,9 +291,8 @@ type backfillTurn struct {
 
 // backfillInTurn runs turns one after another once over is closed. Each
 // backfill read apart is filtered on its partition, and the server walks
-// the whole backlog for each: run at once, the backfills of a few
-// partitions kept it busy enough to deliver the doorbells' live events
-// seconds late. One at a time they cost the server the same in all,
+// the whole backlog for each: run at once, a few of them keep it busy
+// enough that the doorbells deliver live events seconds late. One at a time they cost the server the same in all,
 // spread out, while the partitions still waiting their turn have their
 // tenants' grants wait for them (markBackfill) rather than read PRODUCTS.
 // A backfill that cannot start leaves its partitions to be read by their
@@ -313,9 +312,7 @@ func (d *Dispatcher) backfillInTurn(over <-chan struct{}, turns []backfillTurn) 
 			for _, p := range t.parts {
 				d.parts.parts[p].backFrom.Store(0)
 			}
-			closed := make(chan struct{})
-			close(closed)
-			over = closed
+			over = closedChan
 		}
 	}
 }
@@ -369,11 +366,10 @@ func (d *Dispatcher) bellSeen() uint64 {
 	return seen
 }
 
-// moveParts takes over the partitions this dispatcher gained at the last
-// heartbeat and lets go of those it lost (the package comment above).
-// Partitions whose reader changes (this dispatcher came to own all of
-// them, or no longer does) are lost and gained again. Before Run started
-// reading (the first heartbeats) it only records what it owns.
+// moveParts records the partitions this dispatcher owns after a heartbeat
+// and, once Run reads, has readLoop take over those gained and let go of
+// those lost (the package comment above). Before Run started reading (the
+// first heartbeats) it only records what it owns.
 func (d *Dispatcher) moveParts(ctx context.Context) {
 	if !d.parts.partitioned() {
 		return
@@ -397,29 +393,7 @@ func (d *Dispatcher) moveParts(ctx context.Context) {
 	if old == nil || !d.reading.Load() {
 		return // Run reads what is owned once it starts
 	}
-	regroup := len(old) == r.layout.Count() || len(owned) == r.layout.Count()
-	var gained, lost []int
-	for _, p := range owned {
-		if regroup || !slices.Contains(old, p) {
-			gained = append(gained, p)
-		}
-	}
-	for _, p := range old {
-		if regroup || !slices.Contains(owned, p) {
-			lost = append(lost, p)
-		}
-	}
-	d.log.Info("partitions moved", "holder", d.cfg.Holder, "owned", owned, "gained", gained, "lost", lost)
-	d.stopReading(lost)
-	from := uint64(1)
-	if last, err := d.streamLast(ctx); err == nil {
-		from = last + 1
-	} else if ctx.Err() == nil {
-		d.log.Warn("reading the stream's last sequence failed; the gained partitions' doorbell starts at its first", "err", err)
-	}
-	for _, x := range d.allLanes() {
-		x.dropParts(append(lost, gained...), from)
-	}
+	d.log.Info("partitions moved", "holder", d.cfg.Holder, "owned", owned, "before", old)
 	d.kickReaders()
 }
 
@@ -458,8 +432,10 @@ func (d *Dispatcher) readLoop(ctx context.Context) {
 }
 
 // alignReaders stops the readers of partitions not owned (and those
-// grouped otherwise than readGroups would group the partitions owned now)
-// and takes over the partitions owned that none reads.
+// grouped otherwise than readGroups would group the partitions owned now:
+// a dispatcher that came to own every partition, or no longer does, reads
+// them all anew), forgets their tenants' indexes and bodies, and takes
+// over the partitions owned that none reads.
 func (d *Dispatcher) alignReaders(ctx context.Context) error {
 	want := d.parts.ownedNow()
 	groups := d.parts.readGroups(want)
