@@ -353,11 +353,16 @@ func (s *sink) snapshot() []work.Item {
 	return append([]work.Item(nil), s.items...)
 }
 
-// covered counts the events the sink's items cover per tenant.
+// events counts the events the sink's items cover for a tenant. A range
+// applied again (an orphan re-dispatched under a new token) counts once, so
+// a wait for every event is not ended early by duplicates.
 func (s *sink) events(tenant string) int {
 	n := 0
+	seen := map[string]bool{}
 	for _, it := range s.snapshot() {
-		if it.Tenant == tenant {
+		id := fmt.Sprintf("%s/%d-%d", it.Dest, it.FromSeq, it.ToSeq)
+		if it.Tenant == tenant && !seen[id] {
+			seen[id] = true
 			n += it.Count
 		}
 	}
