@@ -341,8 +341,14 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	cyc := &grantCycle{tenant: noisyTenant}
 	hops := newHopLog(small)
 	disp.SetBeforeDispatch(func(g scheduler.Grant) { cyc.before(g); hops.before(g) })
-	disp.SetAfterCommit(func(ls []tenancy.Lease) { cyc.commit(ls); hops.commit(ls) })
+	span := &backfillSpan{}
+	disp.SetAfterCommit(func(ls []tenancy.Lease) {
+		cyc.commit(ls)
+		hops.commit(ls)
+		span.commit(cfg.isNoisy(ls[0].Tenant))
+	})
 	disp.SetOnBell(hops.ring)
+	disp.SetBackfill(span.begin)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
@@ -413,7 +419,61 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	b.Logf("fairway: grants found the noisy tenant at its slot limit %.0f times", atLimit)
 	b.Logf("fairway: %d dispatchers, batches by holder %v, cursor races lost %.0f", cfg.dispatchers, e.checkReplicas(rec), moved)
 	b.Logf("fairway: noisy tenant's grants: %s", cyc)
+	b.Logf("fairway: %s", span.report(t0))
 	return r
+}
+
+// backfillSpan times the first dispatcher's start-up backfill and counts
+// the floods' grants it commits while the backfill runs and after: while
+// the backfill has delivered only part of a flood's events, the flood's
+// grants are short.
+type backfillSpan struct {
+	mu            sync.Mutex
+	from, to      time.Time
+	during, after int
+}
+
+// begin is the dispatcher's backfill hook; over closes when it ends.
+func (s *backfillSpan) begin(_ []int, over <-chan struct{}) {
+	s.mu.Lock()
+	if s.from.IsZero() {
+		s.from = time.Now()
+	}
+	s.to = time.Time{}
+	s.mu.Unlock()
+	go func() {
+		<-over
+		s.mu.Lock()
+		s.to = time.Now()
+		s.mu.Unlock()
+	}()
+}
+
+func (s *backfillSpan) commit(flood bool) {
+	if !flood {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.to.IsZero() && !s.from.IsZero() {
+		s.during++
+	} else {
+		s.after++
+	}
+}
+
+func (s *backfillSpan) report(t0 time.Time) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.from.IsZero() {
+		return fmt.Sprintf("no start-up backfill; the floods' grants committed: %d", s.after)
+	}
+	to := "still running"
+	if !s.to.IsZero() {
+		to = fmt.Sprintf("%+.2fs", s.to.Sub(t0).Seconds())
+	}
+	return fmt.Sprintf("the first dispatcher's start-up backfill ran from %+.2fs to %s of the clock; the floods' grants it committed: %d while the backfill ran, %d outside it",
+		s.from.Sub(t0).Seconds(), to, s.during, s.after)
 }
 
 // grantCycle times the noisy tenant's grants through the dispatcher's test
