@@ -122,7 +122,7 @@ func TestSeveralProcesses(t *testing.T) {
 			}
 			e.waitFor("every event dispatched", func() bool {
 				for id := range seqs {
-					if s.events(id) < len(seqs[id]) {
+					if s.distinct(id) < len(seqs[id]) {
 						return false
 					}
 				}
@@ -173,7 +173,7 @@ func TestKillDashNine(t *testing.T) {
 	e.startDispatcherProcess(ttl)
 	e.waitFor("every event dispatched", func() bool {
 		for id := range seqs {
-			if s.events(id) < len(seqs[id]) {
+			if s.distinct(id) < len(seqs[id]) {
 				return false
 			}
 		}

@@ -353,10 +353,22 @@ func (s *sink) snapshot() []work.Item {
 	return append([]work.Item(nil), s.items...)
 }
 
-// events counts the events the sink's items cover for a tenant. A range
-// applied again (an orphan re-dispatched under a new token) counts once, so
-// a wait for every event is not ended early by duplicates.
+// events counts the events the sink's items cover for a tenant, every
+// application counted (a replay's applies them again).
 func (s *sink) events(tenant string) int {
+	n := 0
+	for _, it := range s.snapshot() {
+		if it.Tenant == tenant {
+			n += it.Count
+		}
+	}
+	return n
+}
+
+// distinct is events counting a range applied again under a new token
+// (an orphan re-dispatched) once, so that a wait for every event is not
+// ended early by duplicates.
+func (s *sink) distinct(tenant string) int {
 	n := 0
 	seen := map[string]bool{}
 	for _, it := range s.snapshot() {

@@ -51,7 +51,7 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 						peak.Store(p)
 					}
 				}
-				return s.events("a")+s.events("b")+s.events("c") >= n
+				return s.distinct("a")+s.distinct("b")+s.distinct("c") >= n
 			})
 			checkExactlyOnce(t, s.snapshot(), seqs, tc.deep)
 			t.Logf("peak items waiting in WORK: %d; re-dispatched orphans: %.0f", peak.Load(), d.Recovered(pg))
