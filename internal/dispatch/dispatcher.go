@@ -103,6 +103,7 @@ type Dispatcher struct {
 	readersMu sync.Mutex
 	readers   map[int]*reader
 	reading   atomic.Bool
+	backfills backfillQueue
 	// resets: cursors that do not fit the stream (stream_reset.go).
 	resets streamResets
 

@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -83,33 +82,21 @@ func splitTenants(t *testing.T, partitioned bool, holders []string) {
 	var settled atomic.Bool
 	rung := map[string]*sync.Map{} // holder -> tenant -> *atomic.Int64, once settled
 	start := func(holder string) (*dispatch.Dispatcher, func()) {
-		d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc},
-			&dispatch.Config{Dests: []string{pg}, Holder: holder, Heartbeat: time.Second, PollInterval: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
 		rung[holder] = &sync.Map{}
-		d.SetOnBell(func(tenant string, _ uint64) {
-			if settled.Load() {
-				n, _ := rung[holder].LoadOrStore(tenant, new(atomic.Int64))
-				n.(*atomic.Int64).Add(1)
-			}
-		})
-		ctx, cancel := context.WithCancel(e.ctx)
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		stop := func() {
-			cancel()
-			if err := <-done; err != nil {
+		d, stop := e.startStoppable(&dispatch.Config{Dests: []string{pg}, Holder: holder, Heartbeat: time.Second, PollInterval: time.Second},
+			func(d *dispatch.Dispatcher) {
+				d.SetOnBell(func(tenant string, _ uint64) {
+					if settled.Load() {
+						n, _ := rung[holder].LoadOrStore(tenant, new(atomic.Int64))
+						n.(*atomic.Int64).Add(1)
+					}
+				})
+			})
+		return d, func() {
+			if err := stop(); err != nil {
 				t.Errorf("%s: %v", holder, err)
 			}
 		}
-		t.Cleanup(func() {
-			if ctx.Err() == nil {
-				stop()
-			}
-		})
-		return d, stop
 	}
 	ds := map[string]*dispatch.Dispatcher{}
 	var stopLast func()
@@ -249,14 +236,7 @@ func TestPartitionsMovedDuringATakeOver(t *testing.T) {
 			}
 		})
 	})
-	b, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc}, cfg("disp-b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, stopB := context.WithCancel(e.ctx)
-	bdone := make(chan error, 1)
-	go func() { bdone <- b.Run(bctx) }()
-	t.Cleanup(stopB)
+	b, stopB := e.startStoppable(cfg("disp-b"), nil)
 	aligned := func(ds ...*dispatch.Dispatcher) func() error {
 		return func() error {
 			for _, d := range ds {
@@ -273,8 +253,7 @@ func TestPartitionsMovedDuringATakeOver(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, "two dispatchers reading their own partitions", aligned(a, b))
 
 	armed.Store(true)
-	stopB()
-	if err := <-bdone; err != nil {
+	if err := stopB(); err != nil {
 		t.Fatal(err)
 	}
 	var gained []int
@@ -402,13 +381,7 @@ func TestPartitionsSplitEvenly(t *testing.T) {
 func TestPartitionBackfillsRunInTurn(t *testing.T) {
 	t.Parallel()
 	e := setup(t, time.Minute)
-	tenants := e.numbered(16, 64)
-	runs := make([]int, len(tenants))
-	for i := range runs {
-		runs[i] = 1
-	}
-	seqs := e.interleave(1000, tenants, runs...)
-	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	applied := e.backfillBacklog()
 
 	type count struct {
 		mu           sync.Mutex
@@ -438,14 +411,7 @@ func TestPartitionBackfillsRunInTurn(t *testing.T) {
 			})
 		})
 	}
-	e.waitFor("every event applied", func() bool {
-		n := 0
-		for _, id := range tenants {
-			n += s.events(id)
-		}
-		return n >= len(tenants)*1000
-	})
-	checkExactlyOnce(t, s.snapshot(), seqs, false)
+	applied()
 	apart := 0
 	for h, c := range counts {
 		c.mu.Lock()
@@ -457,5 +423,114 @@ func TestPartitionBackfillsRunInTurn(t *testing.T) {
 	}
 	if apart < 2 {
 		t.Fatalf("%d partitions backfilled apart: the test shows nothing", apart)
+	}
+}
+
+// A dispatcher's backfills run one at a time across reads: a partition it
+// takes over while a backfill of its own runs waits for that one to end.
+// The hook holds disp-a's second partition backfill until a third
+// dispatcher has stopped and disp-a reads the partitions it gained.
+func TestBackfillsQueueAcrossTakeOvers(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	applied := e.backfillBacklog()
+
+	var (
+		mu                   sync.Mutex
+		calls, running, most int
+	)
+	held, hold := make(chan []int, 1), make(chan struct{})
+	cfg := func(holder string) *dispatch.Config {
+		return &dispatch.Config{Dests: []string{pg}, Holder: holder, Heartbeat: time.Second, PollInterval: time.Hour}
+	}
+	a := e.start(cfg("disp-a"), func(d *dispatch.Dispatcher) {
+		d.SetBackfill(func(parts []int, over <-chan struct{}) {
+			if len(parts) != 1 {
+				return // a dispatcher owning every partition reads them as one
+			}
+			mu.Lock()
+			calls++
+			running++
+			most = max(most, running)
+			n := calls
+			mu.Unlock()
+			if n == 2 {
+				held <- parts
+				<-hold
+			}
+			go func() {
+				<-over
+				mu.Lock()
+				running--
+				mu.Unlock()
+			}()
+		})
+	})
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold) }) }
+	t.Cleanup(release) // before disp-a's own clean-up, which waits for its backfills
+	b := e.start(cfg("disp-b"), nil)
+	c, stopC := e.startStoppable(cfg("disp-c"), nil)
+
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("disp-a ran no second partition backfill")
+	}
+	testenv.Eventually(t, 20*time.Second, "three dispatchers reading their own partitions", func() error {
+		for _, d := range []*dispatch.Dispatcher{a, b, c} {
+			if len(d.Members()) != 3 {
+				return fmt.Errorf("members %v", d.Members())
+			}
+			if !slices.Equal(d.Reading(), d.Partitions()) {
+				return fmt.Errorf("it reads partitions %v and owns %v", d.Reading(), d.Partitions())
+			}
+		}
+		return nil
+	})
+	before := a.Partitions()
+	if err := stopC(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "disp-a reading the partitions it gained", func() error {
+		if len(a.Members()) != 2 || !slices.Equal(a.Reading(), a.Partitions()) {
+			return fmt.Errorf("members %v; it reads partitions %v and owns %v", a.Members(), a.Reading(), a.Partitions())
+		}
+		return nil
+	})
+	if !slices.ContainsFunc(a.Partitions(), func(p int) bool { return !slices.Contains(before, p) }) {
+		t.Fatalf("disp-a gained none of the stopped dispatcher's partitions (owned %v, then %v): the test shows nothing", before, a.Partitions())
+	}
+	mu.Lock()
+	overlap := most
+	mu.Unlock()
+	release()
+	if overlap > 1 {
+		t.Errorf("disp-a ran %d partition backfills at once: the takeover's did not wait for the one running", overlap)
+	}
+	applied()
+}
+
+// backfillBacklog queues 1,000 events for each of 16 tenants, one of each
+// in turn, so that every partition's backfill walks the whole backlog,
+// and starts a sink; applied waits until the sink has applied each event
+// once.
+func (e *env) backfillBacklog() (applied func()) {
+	tenants := e.numbered(16, 64)
+	runs := make([]int, len(tenants))
+	for i := range runs {
+		runs[i] = 1
+	}
+	seqs := e.interleave(1000, tenants, runs...)
+	s := e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	return func() {
+		e.waitFor("every event applied", func() bool {
+			n := 0
+			for _, id := range tenants {
+				n += s.events(id)
+			}
+			return n >= len(tenants)*1000
+		})
+		checkExactlyOnce(e.t, s.snapshot(), seqs, false)
 	}
 }

@@ -234,9 +234,8 @@ func (r *partReads) readGroups(owned []int) [][]int {
 // read starts reading parts: a reader per group (readGroups) whose
 // doorbell delivers their events from sequence from on, and their
 // backfills from the oldest event waiting in them (wait) through from-1,
-// unless that is sparse for a partition read apart (backfillSparse).
-// Partitions read apart are backfilled one after another (backfillInTurn),
-// the first one before read returns.
+// unless that is sparse for a partition read apart (backfillSparse). The
+// backfills queue behind those of earlier reads (backfillQueue).
 func (d *Dispatcher) read(ctx context.Context, parts []int, from uint64, wait waiting) error {
 	var turns []backfillTurn
 	for _, g := range d.parts.readGroups(parts) {
@@ -263,21 +262,7 @@ func (d *Dispatcher) read(ctx context.Context, parts []int, from uint64, wait wa
 		}
 		turns = append(turns, backfillTurn{ctx: rctx, from: start, until: from - 1, parts: g})
 	}
-	if len(turns) == 0 {
-		return nil
-	}
-	over, err := d.startBackfill(turns[0].ctx, turns[0].from, turns[0].until, turns[0].parts)
-	if err != nil {
-		return err
-	}
-	for _, t := range turns[1:] {
-		if t.from <= t.until {
-			d.markBackfill(t.from, t.parts)
-		}
-	}
-	if len(turns) > 1 {
-		d.reloads.Go(func() { d.backfillInTurn(over, turns[1:]) })
-	}
+	d.backfills.add(d, turns)
 	return nil
 }
 
@@ -289,22 +274,70 @@ type backfillTurn struct {
 	parts       []int
 }
 
-// backfillInTurn runs turns one after another once over is closed. Each
-// backfill read apart is filtered on its partition, and the server walks
-// the whole backlog for each: run at once, a few of them keep it busy
-// enough that the doorbells deliver live events seconds late. One at a time they cost the server the same in all,
-// spread out, while the partitions still waiting their turn have their
-// tenants' grants wait for them (markBackfill) rather than read PRODUCTS.
-// A backfill that cannot start leaves its partitions to be read by their
-// tenants' grants.
-func (d *Dispatcher) backfillInTurn(over <-chan struct{}, turns []backfillTurn) {
+// backfillQueue runs a dispatcher's backfills one after another, those
+// of one read and those of reads after it (a takeover while the start-up
+// backfills run, say). A backfill read apart is filtered on its
+// partition, and the server walks the whole backlog for each: run at
+// once, a few of them keep it busy enough that the doorbells deliver live
+// events seconds late. One at a time they cost the server the same in
+// all, spread out, while the partitions still waiting their turn have
+// their tenants' grants wait for them (markBackfill) rather than read
+// PRODUCTS. A backfill that cannot start leaves its partitions to be read
+// by their tenants' grants; one whose reader stopped (its partitions
+// moved) is skipped.
+type backfillQueue struct {
+	mu      sync.Mutex
+	turns   []backfillTurn
+	running bool // a goroutine runs the queue
+}
+
+// add queues turns, marks their partitions backfilled at once, and runs
+// the queue unless it runs already. A turn with nothing to backfill is
+// over at once.
+func (q *backfillQueue) add(d *Dispatcher, turns []backfillTurn) {
+	var queue []backfillTurn
 	for _, t := range turns {
-		<-over
-		if t.ctx.Err() != nil {
-			continue // its reader stopped: its partition moved
+		if t.from > t.until {
+			_, _ = d.startBackfill(t.ctx, t.from, t.until, t.parts) // marks it done; cannot fail
+			continue
 		}
-		var err error
-		if over, err = d.startBackfill(t.ctx, t.from, t.until, t.parts); err != nil {
+		d.markBackfill(t.from, t.parts)
+		queue = append(queue, t)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.turns = append(q.turns, queue...)
+	if !q.running && len(q.turns) > 0 {
+		q.running = true
+		d.reloads.Go(func() { q.run(d) })
+	}
+}
+
+// next takes the turn to run, or reports that the queue is empty and
+// no longer running.
+func (q *backfillQueue) next() (backfillTurn, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.turns) == 0 {
+		q.running = false
+		return backfillTurn{}, false
+	}
+	t := q.turns[0]
+	q.turns = q.turns[1:]
+	return t, true
+}
+
+func (q *backfillQueue) run(d *Dispatcher) {
+	for {
+		t, ok := q.next()
+		if !ok {
+			return
+		}
+		if t.ctx.Err() != nil {
+			continue // its reader stopped: its partitions moved
+		}
+		over, err := d.startBackfill(t.ctx, t.from, t.until, t.parts)
+		if err != nil {
 			if t.ctx.Err() == nil {
 				d.log.Warn("backfill failed to start; its partitions' tenants read their backlog", "partitions", t.parts, "err", err)
 				d.m.errors.WithLabelValues("", "backfill").Inc()
@@ -312,8 +345,9 @@ func (d *Dispatcher) backfillInTurn(over <-chan struct{}, turns []backfillTurn) 
 			for _, p := range t.parts {
 				d.parts.parts[p].backFrom.Store(0)
 			}
-			over = closedChan
+			continue
 		}
+		<-over
 	}
 }
 

@@ -186,6 +186,14 @@ func (e *env) interleave(rounds int, tenants []string, runs ...int) map[string][
 // start runs a dispatcher until the test ends.
 func (e *env) start(cfg *dispatch.Config, prepare func(*dispatch.Dispatcher)) *dispatch.Dispatcher {
 	e.t.Helper()
+	d, _ := e.startStoppable(cfg, prepare)
+	return d
+}
+
+// startStoppable is start for a dispatcher the test stops: stop ends its
+// Run and returns Run's error (at the test's end too, reported there).
+func (e *env) startStoppable(cfg *dispatch.Config, prepare func(*dispatch.Dispatcher)) (d *dispatch.Dispatcher, stop func() error) {
+	e.t.Helper()
 	d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc}, cfg)
 	if err != nil {
 		e.t.Fatal(err)
@@ -196,13 +204,13 @@ func (e *env) start(cfg *dispatch.Config, prepare func(*dispatch.Dispatcher)) *d
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
 	e.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			e.t.Errorf("run: %v", err)
 		}
 	})
-	return d
+	return d, stop
 }
 
 // workCount is the number of messages stream WORK has stored so far.
