@@ -331,18 +331,33 @@ func (d *Dispatcher) denseBacklog(ctx context.Context, tenant string, p events.P
 }
 
 // startBackfill starts the backfill of parts from sequence from through
-// until (none when from is past until) and marks their index exact for
-// that region once it is delivered (partRead). The channel it returns is
-// closed when the backfill is over: delivered, or ctx ended (at once when
-// there is none).
+// until (none when from is past until), marked already (markBackfill),
+// and marks their index exact for that region once it is delivered
+// (partRead). The channel it returns is closed when the backfill is over:
+// delivered, or ctx ended (at once when there is none).
+//
+// A backfill filtered on a partition ends at an event past until, or at
+// one with nothing pending after it: with no event of the partition from
+// from through until it would wait for the partition's next event, and
+// hold up every backfill queued behind it (backfillQueue). One direct get
+// finds the partition's first event first; none in the region is nothing
+// to backfill.
 func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, parts []int) (<-chan struct{}, error) {
+	if f := d.parts.filters(parts); from <= until && len(f) == 1 {
+		first, ok, err := d.rd.FirstOn(ctx, f[0], from)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || first > until {
+			from = until + 1
+		}
+	}
 	if from > until || len(parts) == 0 {
 		for _, p := range parts {
 			d.parts.parts[p].backDone.Store(true)
 		}
 		return closedChan, nil
 	}
-	d.markBackfill(from, parts)
 	_, over, err := d.startDoorbell(ctx, from, until, parts)
 	if h := d.hooks.backfill; h != nil && err == nil {
 		h(parts, over)

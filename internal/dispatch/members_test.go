@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
+	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
 // Rendezvous hashing: every pair has exactly one owner, shares are even,
@@ -383,43 +385,25 @@ func TestPartitionBackfillsRunInTurn(t *testing.T) {
 	e := setup(t, time.Minute)
 	applied := e.backfillBacklog()
 
-	type count struct {
-		mu           sync.Mutex
-		running, max int
-		parts        []int
-	}
-	counts := map[string]*count{}
+	counts := map[string]*backfillsAtOnce{}
 	for _, h := range []string{"disp-a", "disp-b"} {
-		c := &count{}
+		c := &backfillsAtOnce{}
 		counts[h] = c
 		e.start(&dispatch.Config{Dests: []string{pg}, Holder: h, Heartbeat: time.Second, PollInterval: time.Hour}, func(d *dispatch.Dispatcher) {
 			d.SetBackfill(func(parts []int, over <-chan struct{}) {
-				if len(parts) != 1 {
-					return // a dispatcher owning every partition reads them as one
+				if len(parts) == 1 { // a dispatcher owning every partition reads them as one
+					c.begin(parts, over, nil)
 				}
-				c.mu.Lock()
-				c.running++
-				c.max = max(c.max, c.running)
-				c.parts = append(c.parts, parts[0])
-				c.mu.Unlock()
-				go func() {
-					<-over
-					c.mu.Lock()
-					c.running--
-					c.mu.Unlock()
-				}()
 			})
 		})
 	}
 	applied()
 	apart := 0
 	for h, c := range counts {
-		c.mu.Lock()
-		if c.max > 1 {
-			t.Errorf("%s ran %d partition backfills at once (partitions %v)", h, c.max, c.parts)
+		if n := c.most(); n > 1 {
+			t.Errorf("%s ran %d partition backfills at once (partitions %v)", h, n, c.all())
 		}
-		apart += len(c.parts)
-		c.mu.Unlock()
+		apart += len(c.all())
 	}
 	if apart < 2 {
 		t.Fatalf("%d partitions backfilled apart: the test shows nothing", apart)
@@ -429,48 +413,53 @@ func TestPartitionBackfillsRunInTurn(t *testing.T) {
 // A dispatcher's backfills run one at a time across reads: a partition it
 // takes over while a backfill of its own runs waits for that one to end.
 // The hook holds disp-a's second partition backfill until a third
-// dispatcher has stopped and disp-a reads the partitions it gained.
+// dispatcher has stopped and disp-a reads the partitions it gained. The
+// third dispatches no postgres pairs (its destination is ClickHouse, which
+// no tenant has), so its partitions' backlog waits for their next owner's
+// backfill.
 func TestBackfillsQueueAcrossTakeOvers(t *testing.T) {
 	t.Parallel()
 	e := setup(t, time.Minute)
 	applied := e.backfillBacklog()
+	cfg := func(holder, dest string) *dispatch.Config {
+		return &dispatch.Config{Dests: []string{dest}, Holder: holder, Heartbeat: time.Second, PollInterval: time.Hour}
+	}
+	// disp-c first: the partitions it owns among the three it owns among
+	// any of them (rendezvous hashing), so no other dispatcher touches
+	// their backlog before it stops.
+	c, stopC := e.startStoppable(cfg("disp-c", tenancy.DestClickHouse), nil)
+	testenv.Eventually(t, 20*time.Second, "disp-c reading", func() error {
+		if len(c.Reading()) == 0 {
+			return errors.New("it reads nothing yet")
+		}
+		return nil
+	})
 
 	var (
-		mu                   sync.Mutex
-		calls, running, most int
+		count  backfillsAtOnce
+		hooked atomic.Int32
 	)
 	held, hold := make(chan []int, 1), make(chan struct{})
-	cfg := func(holder string) *dispatch.Config {
-		return &dispatch.Config{Dests: []string{pg}, Holder: holder, Heartbeat: time.Second, PollInterval: time.Hour}
-	}
-	a := e.start(cfg("disp-a"), func(d *dispatch.Dispatcher) {
+	a := e.start(cfg("disp-a", pg), func(d *dispatch.Dispatcher) {
 		d.SetBackfill(func(parts []int, over <-chan struct{}) {
 			if len(parts) != 1 {
 				return // a dispatcher owning every partition reads them as one
 			}
-			mu.Lock()
-			calls++
-			running++
-			most = max(most, running)
-			n := calls
-			mu.Unlock()
-			if n == 2 {
+			var holding <-chan struct{}
+			if hooked.Add(1) == 2 {
+				holding = hold
+			}
+			count.begin(parts, over, holding)
+			if holding != nil {
 				held <- parts
 				<-hold
 			}
-			go func() {
-				<-over
-				mu.Lock()
-				running--
-				mu.Unlock()
-			}()
 		})
 	})
 	var released sync.Once
 	release := func() { released.Do(func() { close(hold) }) }
 	t.Cleanup(release) // before disp-a's own clean-up, which waits for its backfills
-	b := e.start(cfg("disp-b"), nil)
-	c, stopC := e.startStoppable(cfg("disp-c"), nil)
+	b := e.start(cfg("disp-b", pg), nil)
 
 	select {
 	case <-held:
@@ -498,17 +487,85 @@ func TestBackfillsQueueAcrossTakeOvers(t *testing.T) {
 		}
 		return nil
 	})
-	if !slices.ContainsFunc(a.Partitions(), func(p int) bool { return !slices.Contains(before, p) }) {
+	var gained []int
+	for _, p := range a.Partitions() {
+		if !slices.Contains(before, p) {
+			gained = append(gained, p)
+		}
+	}
+	if len(gained) == 0 {
 		t.Fatalf("disp-a gained none of the stopped dispatcher's partitions (owned %v, then %v): the test shows nothing", before, a.Partitions())
 	}
-	mu.Lock()
-	overlap := most
-	mu.Unlock()
+	time.Sleep(100 * time.Millisecond) // a backfill started at the takeover would have begun
+	overlap := count.most()
 	release()
 	if overlap > 1 {
 		t.Errorf("disp-a ran %d partition backfills at once: the takeover's did not wait for the one running", overlap)
 	}
+	testenv.Eventually(t, 20*time.Second, "disp-a backfilling a partition it gained", func() error {
+		if !count.backfilled(gained...) {
+			return fmt.Errorf("it backfilled %v, none of %v", count.all(), gained)
+		}
+		return nil
+	})
 	applied()
+	if n := count.most(); n > 1 {
+		t.Errorf("disp-a ran %d partition backfills at once", n)
+	}
+}
+
+// backfillsAtOnce counts, through a dispatcher's backfill hook, the
+// partition backfills it runs at once: one runs from its hook call until
+// both its over and the end of a hold the hook keeps it in (held) are
+// closed. A dispatcher that runs one at a time calls the hook for the
+// next once the last's hook has returned and its over is closed, so
+// the count is exact, not a race with goroutines that see them close.
+type backfillsAtOnce struct {
+	mu      sync.Mutex
+	running [][2]<-chan struct{}
+	peak    int
+	parts   [][]int
+}
+
+// begin records a backfill of parts; a hook that holds it until held is
+// closed passes held (nil: it does not hold it).
+func (c *backfillsAtOnce) begin(parts []int, over, held <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	closed := func(ch <-chan struct{}) bool {
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	c.running = slices.DeleteFunc(c.running, func(r [2]<-chan struct{}) bool { return closed(r[0]) && closed(r[1]) })
+	c.running = append(c.running, [2]<-chan struct{}{over, held})
+	c.peak = max(c.peak, len(c.running))
+	c.parts = append(c.parts, parts)
+}
+
+func (c *backfillsAtOnce) most() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peak
+}
+
+func (c *backfillsAtOnce) all() [][]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.parts)
+}
+
+// backfilled says whether a backfill of one of parts (read apart) began.
+func (c *backfillsAtOnce) backfilled(parts ...int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(c.parts, func(g []int) bool { return len(g) == 1 && slices.Contains(parts, g[0]) })
 }
 
 // backfillBacklog queues 1,000 events for each of 16 tenants, one of each
@@ -532,5 +589,74 @@ func (e *env) backfillBacklog() (applied func()) {
 			return n >= len(tenants)*1000
 		})
 		checkExactlyOnce(e.t, s.snapshot(), seqs, false)
+	}
+}
+
+// A partition read apart whose backfill region holds none of its events
+// (the region capped by Config.Backfill, the partition's waiting events
+// older) has nothing to backfill: the partitions queued behind it are
+// backfilled all the same, and their tenants dispatched.
+func TestBackfillOfAQuietPartitionEnds(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	layout := events.LayoutDefault
+	holders := []string{"disp-a", "disp-b"}
+	own := dispatch.OwnedParts(holders, "disp-a", layout.Count())
+	other := dispatch.OwnedParts(holders, "disp-b", layout.Count())
+	if len(own) < 2 || len(other) == 0 {
+		t.Fatalf("disp-a owns %v and disp-b %v: the test needs two and one", own, other)
+	}
+	candidates := e.numbered(64, 1000)
+	pick := func(part int) string {
+		for _, id := range candidates {
+			if layout.PartitionOf(id) == part {
+				return id
+			}
+		}
+		t.Fatalf("no tenant of partition %d among %v", part, candidates)
+		return ""
+	}
+	// quiet: disp-a's first partition, whose events all lie before the
+	// backfill's capped region (the last 50 sequences); late: disp-a's
+	// second partition, more than a batch within the region; filler:
+	// disp-b's, between them. Interleaved, so that no backlog is dense
+	// (cut by arithmetic, not backfilled).
+	quiet, filler, late := pick(own[0]), pick(other[0]), pick(own[1])
+	var order []string
+	for range 10 {
+		order = append(order, quiet, filler)
+	}
+	for range 40 {
+		order = append(order, filler)
+	}
+	for range 20 {
+		order = append(order, late, filler)
+	}
+	seqs := e.publishAll(order)
+	s := e.startSink(pg, 2, nil, func() time.Duration { return 0 })
+
+	var mu sync.Mutex
+	var backfilled [][]int
+	for _, h := range holders {
+		e.start(&dispatch.Config{Dests: []string{pg}, Holder: h, BatchSize: 10, Backfill: 50, Heartbeat: time.Second, PollInterval: time.Hour},
+			func(d *dispatch.Dispatcher) {
+				if h != "disp-a" {
+					return
+				}
+				d.SetBackfill(func(parts []int, _ <-chan struct{}) {
+					mu.Lock()
+					backfilled = append(backfilled, parts)
+					mu.Unlock()
+				})
+			})
+	}
+	e.waitFor("every event applied", func() bool {
+		return s.events(quiet) >= 10 && s.events(filler) >= 70 && s.events(late) >= 20
+	})
+	checkExactlyOnce(t, s.snapshot(), seqs, false)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(backfilled, func(g []int) bool { return slices.Equal(g, []int{own[1]}) }) {
+		t.Fatalf("disp-a backfilled %v, not partition %d apart: the test shows nothing", backfilled, own[1])
 	}
 }

@@ -31,9 +31,9 @@ import (
 // backlogs, a backfill from the oldest waiting event (takeOver). One loop
 // (readLoop) starts and stops the readers, one move at a time, so a
 // takeover overtaken by the next move never leaves a partition read by a
-// dispatcher that no longer owns it. Until
-// that backfill has delivered a tenant's events its grants read them from
-// PRODUCTS, which is always right. While two dispatchers' views differ
+// dispatcher that no longer owns it. Until that backfill has delivered a
+// tenant's events, a tenant with less than a batch waiting reads them
+// from PRODUCTS, which is always right, and the others wait for it. While two dispatchers' views differ
 // both may grant a pair; the cursor check in tenancy.DispatchMany
 // decides.
 
@@ -282,14 +282,19 @@ type backfillTurn struct {
 // events seconds late. One at a time they cost the server the same in
 // all, spread out, while the partitions still waiting their turn have
 // their tenants' grants wait for them (markBackfill) rather than read
-// PRODUCTS. A backfill that cannot start leaves its partitions to be read
-// by their tenants' grants; one whose reader stopped (its partitions
-// moved) is skipped.
+// PRODUCTS. A backfill that cannot start is tried again a second later,
+// backfillTries times in all; then its partitions are left to their
+// tenants' grants, which read PRODUCTS. One whose reader stopped (its
+// partitions moved) is skipped.
 type backfillQueue struct {
 	mu      sync.Mutex
 	turns   []backfillTurn
 	running bool // a goroutine runs the queue
 }
+
+// backfillTries is how often a backfill is tried before its partitions
+// are left to their tenants' grants.
+const backfillTries = 3
 
 // add queues turns, marks their partitions backfilled at once, and runs
 // the queue unless it runs already. A turn with nothing to backfill is
@@ -333,22 +338,39 @@ func (q *backfillQueue) run(d *Dispatcher) {
 		if !ok {
 			return
 		}
-		if t.ctx.Err() != nil {
-			continue // its reader stopped: its partitions moved
+		if over, ok := q.start(d, t); ok {
+			<-over
 		}
-		over, err := d.startBackfill(t.ctx, t.from, t.until, t.parts)
-		if err != nil {
-			if t.ctx.Err() == nil {
-				d.log.Warn("backfill failed to start; its partitions' tenants read their backlog", "partitions", t.parts, "err", err)
-				d.m.errors.WithLabelValues("", "backfill").Inc()
-			}
-			for _, p := range t.parts {
-				d.parts.parts[p].backFrom.Store(0)
-			}
-			continue
-		}
-		<-over
 	}
+}
+
+// start starts t's backfill, trying again after a failure while its
+// reader lasts. On giving up it unmarks t's partitions, unless a newer
+// read marked them since.
+func (q *backfillQueue) start(d *Dispatcher, t backfillTurn) (<-chan struct{}, bool) {
+	for try := 1; t.ctx.Err() == nil; try++ {
+		over, err := d.startBackfill(t.ctx, t.from, t.until, t.parts)
+		if err == nil {
+			return over, true
+		}
+		if t.ctx.Err() != nil {
+			break
+		}
+		d.m.errors.WithLabelValues("", "backfill").Inc()
+		if try == backfillTries {
+			d.log.Warn("backfill failed to start; its partitions' tenants read their backlog", "partitions", t.parts, "err", err)
+			for _, p := range t.parts {
+				d.parts.parts[p].backFrom.CompareAndSwap(t.from, 0)
+			}
+			break
+		}
+		d.log.Warn("backfill failed to start; trying again", "partitions", t.parts, "err", err)
+		select {
+		case <-t.ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return nil, false
 }
 
 // stopReading stops the readers of parts and waits until their

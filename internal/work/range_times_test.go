@@ -75,3 +75,32 @@ func TestRangeTimes(t *testing.T) {
 		t.Fatalf("RangeTimesSpan(160) = %d, want 10", got)
 	}
 }
+
+// FirstOn finds the first message at or after a sequence on a subject
+// filter, skipping other subjects' messages, and none past the last.
+func TestFirstOn(t *testing.T) {
+	t.Parallel()
+	nc, _, pub := products(t)
+	ctx := context.Background()
+	seqs := map[string][]uint64{}
+	for i := range 6 {
+		tenant := []string{"acme", "globex"}[i%2]
+		r := pub.Publish(ctx, []events.Event{{Tenant: tenant, ProductID: fmt.Sprintf("p%d", i), Version: 1, Op: events.OpUpsert,
+			OccurredAt: time.Now(), Payload: []byte(`{}`)}})
+		if r[0].Err != nil {
+			t.Fatal(r[0].Err)
+		}
+		seqs[tenant] = append(seqs[tenant], r[0].Seq)
+	}
+	rd := work.NewReader(nc, "")
+	subj, err := rd.TenantSubjects(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := rd.FirstOn(ctx, subj, seqs["globex"][0]); err != nil || !ok || got != seqs["acme"][1] {
+		t.Errorf("FirstOn(%s, %d) = %d, %v, %v; want acme's second event, %d", subj, seqs["globex"][0], got, ok, err, seqs["acme"][1])
+	}
+	if got, ok, err := rd.FirstOn(ctx, subj, seqs["acme"][2]+1); err != nil || ok {
+		t.Errorf("FirstOn(%s, past acme's last) = %d, %v, %v; want none", subj, got, ok, err)
+	}
+}

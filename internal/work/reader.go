@@ -250,6 +250,17 @@ func (r *Reader) FirstAt(ctx context.Context, tenant string, t time.Time) (s Sto
 	return b.Msgs[0], true, nil
 }
 
+// FirstOn returns the sequence of the stream's first message at or after
+// from on subject (a filter, such as a partition's); ok is false when
+// there is none. The server walks the stream from from to the first match.
+func (r *Reader) FirstOn(ctx context.Context, subject string, from uint64) (seq uint64, ok bool, err error) {
+	b, err := r.get(ctx, "", directGetRequest{Seq: from, NextFor: subject, Batch: 1}, from, 0, ReadOptions{NoData: true})
+	if err != nil || len(b.Msgs) == 0 {
+		return 0, false, err
+	}
+	return b.Msgs[0].Seq, true, nil
+}
+
 // get runs one batched direct get and collects its replies.
 func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, from, upTo uint64, opts ReadOptions) (Batch, error) {
 	max := dg.Batch
