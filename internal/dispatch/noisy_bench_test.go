@@ -423,8 +423,9 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	return r
 }
 
-// backfillSpan times the first dispatcher's start-up backfill and counts
-// the floods' grants it commits while the backfill runs and after: while
+// backfillSpan times the first dispatcher's first backfill (its start-up
+// backfill, when it reads every partition) and counts the floods' grants
+// it commits while the backfill runs and after: while
 // the backfill has delivered only part of a flood's events, the flood's
 // grants are short.
 type backfillSpan struct {
@@ -433,14 +434,19 @@ type backfillSpan struct {
 	during, after int
 }
 
-// begin is the dispatcher's backfill hook; over closes when it ends.
+// begin is the dispatcher's backfill hook; over closes when it ends. It
+// times the first backfill only: with several dispatchers, later ones
+// are takeovers'.
 func (s *backfillSpan) begin(_ []int, over <-chan struct{}) {
 	s.mu.Lock()
-	if s.from.IsZero() {
+	first := s.from.IsZero()
+	if first {
 		s.from = time.Now()
 	}
-	s.to = time.Time{}
 	s.mu.Unlock()
+	if !first {
+		return
+	}
 	go func() {
 		<-over
 		s.mu.Lock()
@@ -455,7 +461,7 @@ func (s *backfillSpan) commit(flood bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.to.IsZero() && !s.from.IsZero() {
+	if !s.from.IsZero() && s.to.IsZero() {
 		s.during++
 	} else {
 		s.after++
@@ -472,7 +478,7 @@ func (s *backfillSpan) report(t0 time.Time) string {
 	if !s.to.IsZero() {
 		to = fmt.Sprintf("%+.2fs", s.to.Sub(t0).Seconds())
 	}
-	return fmt.Sprintf("the first dispatcher's start-up backfill ran from %+.2fs to %s of the clock; the floods' grants it committed: %d while the backfill ran, %d outside it",
+	return fmt.Sprintf("the first dispatcher's first backfill ran from %+.2fs to %s of the clock; the floods' grants it committed: %d while the backfill ran, %d outside it",
 		s.from.Sub(t0).Seconds(), to, s.during, s.after)
 }
 
