@@ -164,3 +164,15 @@ func (d *Dispatcher) Reading() []int {
 
 // OwnedParts is ownedParts, for tests.
 var OwnedParts = ownedParts
+
+// WorkWindow and WorkWaiting are the work window's gauges for dest.
+func (d *Dispatcher) WorkWindow(dest string) float64 {
+	return testutil.ToFloat64(d.m.workWindow.WithLabelValues(dest))
+}
+
+func (d *Dispatcher) WorkWaiting(dest string) float64 {
+	return testutil.ToFloat64(d.m.workWaiting.WithLabelValues(dest))
+}
+
+// BackfillsQueued is the backfills waiting their turn.
+func (d *Dispatcher) BackfillsQueued() float64 { return testutil.ToFloat64(d.m.backfillQueue) }

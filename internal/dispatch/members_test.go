@@ -498,6 +498,9 @@ func TestBackfillsQueueAcrossTakeOvers(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // a backfill started at the takeover would have begun
 	overlap := count.most()
+	if q := a.BackfillsQueued(); q < 1 {
+		t.Errorf("backfills_queued shows %v while the gained partitions wait their turn", q)
+	}
 	release()
 	if overlap > 1 {
 		t.Errorf("disp-a ran %d partition backfills at once: the takeover's did not wait for the one running", overlap)

@@ -30,11 +30,14 @@ type metrics struct {
 	behindStream  *prometheus.CounterVec   // dest: pairs found with backlog and a cursor behind the stream's first sequence
 	pruned        prometheus.Counter       // batch-log rows deleted (Config.BatchLogRetention)
 	scanSecond    prometheus.Histogram
-	members       prometheus.Gauge   // dispatchers alive at the last heartbeat
-	partitions    prometheus.Gauge   // partitions of PRODUCTS this dispatcher reads
-	feeds         prometheus.Gauge   // replay feeds running
-	bellPull      prometheus.Gauge   // the live doorbell's pull (paced_bell.go)
-	bellSwitches  prometheus.Counter // changes of that pull
+	members       prometheus.Gauge     // dispatchers alive at the last heartbeat
+	partitions    prometheus.Gauge     // partitions of PRODUCTS this dispatcher reads
+	feeds         prometheus.Gauge     // replay feeds running
+	bellPull      prometheus.Gauge     // the live doorbell's pull (paced_bell.go)
+	bellSwitches  prometheus.Counter   // changes of that pull
+	workWindow    *prometheus.GaugeVec // dest: items this dispatcher lets wait in WORK (work_window.go)
+	workWaiting   *prometheus.GaugeVec // dest: this dispatcher's items waiting in WORK at the last look
+	backfillQueue prometheus.Gauge     // partition backfills waiting their turn (backfillQueue)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -102,10 +105,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "doorbell_pull", Help: "Messages the live doorbell asks PRODUCTS for at a time: 16384 while it reads ahead of the stream's end (the body budget has room), 4096 while it paces itself and the backlog waits in the stream."}),
 		bellSwitches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "doorbell_pull_changes_total", Help: "Changes of the live doorbell's pull (fairway_dispatcher_doorbell_pull), each a new ordered consumer from the sequence after the last delivered."}),
+		workWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "work_window", Help: "Work items this dispatcher lets wait in WORK for the destination's sinks (the work window), by destination."}, []string{"dest"}),
+		workWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "work_waiting", Help: "This dispatcher's work items waiting in WORK, published and not yet delivered to a sink, at its last look (every 20 ms while it has any), by destination."}, []string{"dest"}),
+		backfillQueue: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "backfills_queued", Help: "Partition backfills waiting for the one running to end: a dispatcher runs them one at a time."}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.grants, m.events, m.latency, m.active, m.blocked, m.inFlight,
 		m.wakeups, m.atLimit, m.moved, m.recovered, m.returned, m.errors, m.replayed, m.priorities, m.throttled, m.rateLimited, m.backfillWaits, m.bodyWaits, m.refilled, m.read,
-		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.partitions, m.feeds, m.bellPull, m.bellSwitches} {
+		m.streamResets, m.behindStream, m.pruned, m.scanSecond, m.members, m.partitions, m.feeds, m.bellPull, m.bellSwitches,
+		m.workWindow, m.workWaiting, m.backfillQueue} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -312,6 +312,7 @@ func (q *backfillQueue) add(d *Dispatcher, turns []backfillTurn) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.turns = append(q.turns, queue...)
+	d.m.backfillQueue.Set(float64(len(q.turns)))
 	if !q.running && len(q.turns) > 0 {
 		q.running = true
 		d.reloads.Go(func() { q.run(d) })
@@ -320,7 +321,7 @@ func (q *backfillQueue) add(d *Dispatcher, turns []backfillTurn) {
 
 // next takes the turn to run, or reports that the queue is empty and
 // no longer running.
-func (q *backfillQueue) next() (backfillTurn, bool) {
+func (q *backfillQueue) next(d *Dispatcher) (backfillTurn, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.turns) == 0 {
@@ -329,12 +330,13 @@ func (q *backfillQueue) next() (backfillTurn, bool) {
 	}
 	t := q.turns[0]
 	q.turns = q.turns[1:]
+	d.m.backfillQueue.Set(float64(len(q.turns)))
 	return t, true
 }
 
 func (q *backfillQueue) run(d *Dispatcher) {
 	for {
-		t, ok := q.next()
+		t, ok := q.next(d)
 		if !ok {
 			return
 		}

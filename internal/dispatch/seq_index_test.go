@@ -272,10 +272,20 @@ func testScheduler(t *testing.T, sc scheduler.Config) *scheduler.Scheduler {
 	return s
 }
 
+// testMetrics are a dispatcher's metrics on a registry of their own.
+func testMetrics(t *testing.T) *metrics {
+	t.Helper()
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func grantingDestination(t *testing.T) (*Dispatcher, *destination, *scheduler.Scheduler) {
 	t.Helper()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10, GrantBatches: 4}).WithDefaults()
-	d := &Dispatcher{cfg: cfg, parts: newPartReads(events.Layout{})}
+	d := &Dispatcher{cfg: cfg, parts: newPartReads(events.Layout{}), m: testMetrics(t)}
 	sc := scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches}
 	sched, err := scheduler.New(sc)
 	if err != nil {
@@ -364,7 +374,7 @@ func TestCaughtUp(t *testing.T) {
 func TestSeedTrimsUngrantedIndex(t *testing.T) {
 	t.Parallel()
 	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10}).WithDefaults()
-	d := &Dispatcher{cfg: cfg, parts: newPartReads(events.Layout{})}
+	d := &Dispatcher{cfg: cfg, parts: newPartReads(events.Layout{}), m: testMetrics(t)}
 	sc := scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize}
 	sched, err := scheduler.New(sc)
 	if err != nil {
@@ -504,12 +514,7 @@ func soloInBackfill(t *testing.T) (x *destination, sched *scheduler.Scheduler, m
 	t.Helper()
 	var d *Dispatcher
 	d, x, sched = grantingDestination(t)
-	var err error
-	m, err = newMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.m = m
+	m = d.m
 	d.readsFrom(1, 1001)
 	x.seed(tenancy.PairState{Tenant: "solo", NextSeq: 1, Weight: 1}, events.PriorityNormal, 500, 1, denseRun{}, x.asOf())
 	ts = x.state("solo")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairwayhq/fairway/internal/work"
 )
@@ -40,6 +41,8 @@ type workWindow struct {
 	js       jetstream.JetStream
 	consumer string
 	grant    int // the most items one grant publishes (Config.GrantBatches)
+	// sizeG and waitingG show size and waiting at each look.
+	sizeG, waitingG prometheus.Gauge
 
 	mu       sync.Mutex
 	size     int      // the window: items that may wait in WORK
@@ -56,8 +59,11 @@ const (
 	workWindowEvery = 20 * time.Millisecond
 )
 
-func newWorkWindow(js jetstream.JetStream, dest string, grant int) *workWindow {
-	return &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant)}
+func newWorkWindow(js jetstream.JetStream, dest string, grant int, m *metrics) *workWindow {
+	w := &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant),
+		sizeG: m.workWindow.WithLabelValues(dest), waitingG: m.workWaiting.WithLabelValues(dest)}
+	w.sizeG.Set(float64(w.size))
+	return w
 }
 
 // room says whether a grant may begin: this dispatcher's items waiting in
@@ -141,6 +147,8 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 			w.size = max(w.size-w.size/8, floor)
 		}
 	}
+	w.sizeG.Set(float64(w.size))
+	w.waitingG.Set(float64(len(w.waiting)))
 	return len(w.waiting)+w.reserved < w.size, err
 }
 

@@ -44,6 +44,7 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 			s := e.startSink(pg, 2, nil, func() time.Duration { return 50 * time.Millisecond })
 			d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, DeepWork: tc.deep}, nil)
 			var peak atomic.Uint64
+			var shown float64 // the most work_waiting showed
 			e.waitFor("every event applied", func() bool {
 				cons, err := e.js.Consumer(e.ctx, work.StreamName, work.ConsumerName(pg))
 				if err == nil {
@@ -51,6 +52,7 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 						peak.Store(p)
 					}
 				}
+				shown = max(shown, d.WorkWaiting(pg))
 				return s.distinct("a")+s.distinct("b")+s.distinct("c") >= n
 			})
 			checkExactlyOnce(t, s.snapshot(), seqs, tc.deep)
@@ -63,6 +65,13 @@ func TestWorkWindowKeepsWorkShallow(t *testing.T) {
 			}
 			if bound := uint64(32 + 4); peak.Load() > bound {
 				t.Errorf("%d items waited in WORK, window %d", peak.Load(), bound)
+			}
+			// The gauges show the window and what waits in it.
+			if w := d.WorkWindow(pg); w < 8 || w > 32 {
+				t.Errorf("work_window shows %v items, want the window (8 to 32 here)", w)
+			}
+			if shown < 1 || shown > float64(32+4) {
+				t.Errorf("work_waiting showed at most %v items waiting; WORK held up to %d", shown, peak.Load())
 			}
 			if r := d.Recovered(pg); r != 0 {
 				t.Errorf("%.0f orphans re-dispatched: leases expired while items waited", r)
