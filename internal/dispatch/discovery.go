@@ -353,9 +353,7 @@ func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, part
 		}
 	}
 	if from > until || len(parts) == 0 {
-		for _, p := range parts {
-			d.parts.parts[p].backDone.Store(true)
-		}
+		d.backfillOver(parts)
 		return closedChan, nil
 	}
 	_, over, err := d.startDoorbell(ctx, from, until, parts)
@@ -363,6 +361,14 @@ func (d *Dispatcher) startBackfill(ctx context.Context, from, until uint64, part
 		h(parts, over)
 	}
 	return over, err
+}
+
+// backfillOver records that parts have nothing (more) to backfill: their
+// index is exact from their backfill's start on.
+func (d *Dispatcher) backfillOver(parts []int) {
+	for _, p := range parts {
+		d.parts.parts[p].backDone.Store(true)
+	}
 }
 
 // closedChan is a closed channel: a wait that is already over.
@@ -538,9 +544,7 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, part
 		defer close(finished)
 		select {
 		case <-reached:
-			for _, p := range parts {
-				d.parts.parts[p].backDone.Store(true)
-			}
+			d.backfillOver(parts)
 			d.log.Debug("backfill done", "from", from, "until", until, "partitions", parts)
 			for _, x := range d.allLanes() {
 				x.kick()

@@ -239,19 +239,6 @@ func TestPartitionsMovedDuringATakeOver(t *testing.T) {
 		})
 	})
 	b, stopB := e.startStoppable(cfg("disp-b"), nil)
-	aligned := func(ds ...*dispatch.Dispatcher) func() error {
-		return func() error {
-			for _, d := range ds {
-				if len(d.Members()) != len(ds) {
-					return fmt.Errorf("members %v", d.Members())
-				}
-				if !slices.Equal(d.Reading(), d.Partitions()) {
-					return fmt.Errorf("it reads partitions %v and owns %v", d.Reading(), d.Partitions())
-				}
-			}
-			return nil
-		}
-	}
 	testenv.Eventually(t, 20*time.Second, "two dispatchers reading their own partitions", aligned(a, b))
 
 	armed.Store(true)
@@ -466,27 +453,12 @@ func TestBackfillsQueueAcrossTakeOvers(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("disp-a ran no second partition backfill")
 	}
-	testenv.Eventually(t, 20*time.Second, "three dispatchers reading their own partitions", func() error {
-		for _, d := range []*dispatch.Dispatcher{a, b, c} {
-			if len(d.Members()) != 3 {
-				return fmt.Errorf("members %v", d.Members())
-			}
-			if !slices.Equal(d.Reading(), d.Partitions()) {
-				return fmt.Errorf("it reads partitions %v and owns %v", d.Reading(), d.Partitions())
-			}
-		}
-		return nil
-	})
+	testenv.Eventually(t, 20*time.Second, "three dispatchers reading their own partitions", aligned(a, b, c))
 	before := a.Partitions()
 	if err := stopC(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 20*time.Second, "disp-a reading the partitions it gained", func() error {
-		if len(a.Members()) != 2 || !slices.Equal(a.Reading(), a.Partitions()) {
-			return fmt.Errorf("members %v; it reads partitions %v and owns %v", a.Members(), a.Reading(), a.Partitions())
-		}
-		return nil
-	})
+	testenv.Eventually(t, 20*time.Second, "disp-a reading the partitions it gained", aligned(a, b))
 	var gained []int
 	for _, p := range a.Partitions() {
 		if !slices.Contains(before, p) {
@@ -569,6 +541,22 @@ func (c *backfillsAtOnce) backfilled(parts ...int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.ContainsFunc(c.parts, func(g []int) bool { return len(g) == 1 && slices.Contains(parts, g[0]) })
+}
+
+// aligned says that ds see each other alone and each reads exactly the
+// partitions it owns.
+func aligned(ds ...*dispatch.Dispatcher) func() error {
+	return func() error {
+		for _, d := range ds {
+			if len(d.Members()) != len(ds) {
+				return fmt.Errorf("members %v", d.Members())
+			}
+			if !slices.Equal(d.Reading(), d.Partitions()) {
+				return fmt.Errorf("it reads partitions %v and owns %v", d.Reading(), d.Partitions())
+			}
+		}
+		return nil
+	}
 }
 
 // backfillBacklog queues 1,000 events for each of 16 tenants, one of each

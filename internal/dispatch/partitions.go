@@ -33,9 +33,9 @@ import (
 // takeover overtaken by the next move never leaves a partition read by a
 // dispatcher that no longer owns it. Until that backfill has delivered a
 // tenant's events, a tenant with less than a batch waiting reads them
-// from PRODUCTS, which is always right, and the others wait for it. While two dispatchers' views differ
-// both may grant a pair; the cursor check in tenancy.DispatchMany
-// decides.
+// from PRODUCTS, which is always right, and the others wait for it.
+// While two dispatchers' views differ both may grant a pair; the cursor
+// check in tenancy.DispatchMany decides.
 
 // memberTTL is how many heartbeats old a dispatcher's row may be and the
 // dispatcher still taken for alive: one that died is taken over at the
@@ -303,7 +303,7 @@ func (q *backfillQueue) add(d *Dispatcher, turns []backfillTurn) {
 	var queue []backfillTurn
 	for _, t := range turns {
 		if t.from > t.until {
-			_, _ = d.startBackfill(t.ctx, t.from, t.until, t.parts) // marks it done; cannot fail
+			d.backfillOver(t.parts)
 			continue
 		}
 		d.markBackfill(t.from, t.parts)

@@ -591,11 +591,6 @@ func TestStaleHoldKeepsLimitBlock(t *testing.T) {
 func TestNewTenantDoesNotWaitForBackfill(t *testing.T) {
 	t.Parallel()
 	d, x, _ := grantingDestination(t)
-	m, err := newMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.m = m
 	d.before = map[string]bool{"old": true}
 	d.readsFrom(1, 1001) // the backfill covers 1..1000 and is still on its way
 	at := time.Unix(1_764_000_000, 0)

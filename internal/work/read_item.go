@@ -200,7 +200,7 @@ func (r *Reader) itemGet(ctx context.Context, tenant string, dg directGetRequest
 			return Batch{}, fmt.Errorf("%w: tenant %s from %d: waiting for a read: %v", ErrStreamRead, tenant, from, ctx.Err())
 		}
 	}
-	return r.get(ctx, tenant, dg, from, upTo, ReadOptions{})
+	return r.get(ctx, "tenant "+tenant, dg, from, upTo, ReadOptions{})
 }
 
 // listedSeqs returns a filter of a listed item's sequences for a read in

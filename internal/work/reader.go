@@ -138,7 +138,7 @@ func (r *Reader) Next(ctx context.Context, tenant string, from, upTo uint64, opt
 	}
 	dg := nextRequest(subj, from, upTo, cmp.Or(opts.Max, 500))
 	dg.MaxBytes = opts.MaxBytes
-	return r.get(ctx, tenant, dg, from, upTo, opts)
+	return r.get(ctx, "tenant "+tenant, dg, from, upTo, opts)
 }
 
 // nextRequest is the direct get of up to max events on subj with
@@ -199,7 +199,7 @@ func (r *Reader) OpSeqs(ctx context.Context, tenant string, op events.Op, p even
 		if err != nil {
 			return nil, err
 		}
-		b, err := r.get(ctx, tenant, nextRequest(subj, from, upTo, max), from, upTo, ReadOptions{NoData: true})
+		b, err := r.get(ctx, "tenant "+tenant, nextRequest(subj, from, upTo, max), from, upTo, ReadOptions{NoData: true})
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +224,7 @@ func (r *Reader) LastSeq(ctx context.Context, tenant string, p events.Priority) 
 	if err != nil {
 		return 0, err
 	}
-	b, err := r.get(ctx, tenant, directGetRequest{MultiLast: []string{subj}, Batch: lastSeqBatch}, 0, 0, ReadOptions{NoData: true})
+	b, err := r.get(ctx, "tenant "+tenant, directGetRequest{MultiLast: []string{subj}, Batch: lastSeqBatch}, 0, 0, ReadOptions{NoData: true})
 	if err != nil {
 		return 0, err
 	}
@@ -243,7 +243,7 @@ func (r *Reader) FirstAt(ctx context.Context, tenant string, t time.Time) (s Sto
 		return Stored{}, false, err
 	}
 	t = t.UTC()
-	b, err := r.get(ctx, tenant, directGetRequest{StartTime: &t, NextFor: subj, Batch: 1}, 0, 0, ReadOptions{NoData: true})
+	b, err := r.get(ctx, "tenant "+tenant, directGetRequest{StartTime: &t, NextFor: subj, Batch: 1}, 0, 0, ReadOptions{NoData: true})
 	if err != nil || len(b.Msgs) == 0 {
 		return Stored{}, false, err
 	}
@@ -254,15 +254,16 @@ func (r *Reader) FirstAt(ctx context.Context, tenant string, t time.Time) (s Sto
 // from on subject (a filter, such as a partition's); ok is false when
 // there is none. The server walks the stream from from to the first match.
 func (r *Reader) FirstOn(ctx context.Context, subject string, from uint64) (seq uint64, ok bool, err error) {
-	b, err := r.get(ctx, "", directGetRequest{Seq: from, NextFor: subject, Batch: 1}, from, 0, ReadOptions{NoData: true})
+	b, err := r.get(ctx, "subject "+subject, directGetRequest{Seq: from, NextFor: subject, Batch: 1}, from, 0, ReadOptions{NoData: true})
 	if err != nil || len(b.Msgs) == 0 {
 		return 0, false, err
 	}
 	return b.Msgs[0].Seq, true, nil
 }
 
-// get runs one batched direct get and collects its replies.
-func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, from, upTo uint64, opts ReadOptions) (Batch, error) {
+// get runs one batched direct get and collects its replies; of names
+// what it reads in its errors ("tenant acme", say).
+func (r *Reader) get(ctx context.Context, of string, dg directGetRequest, from, upTo uint64, opts ReadOptions) (Batch, error) {
 	max := dg.Batch
 	req, _ := json.Marshal(dg)
 	if _, ok := ctx.Deadline(); !ok {
@@ -288,7 +289,7 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 		var m *nats.Msg
 		select {
 		case <-ctx.Done():
-			return b, fmt.Errorf("%w: tenant %s from %d: %v", ErrStreamRead, tenant, from, ctx.Err())
+			return b, fmt.Errorf("%w: %s from %d: %v", ErrStreamRead, of, from, ctx.Err())
 		case m = <-ch:
 		}
 		if len(m.Data) == 0 && m.Header != nil {
@@ -303,7 +304,7 @@ func (r *Reader) get(ctx context.Context, tenant string, dg directGetRequest, fr
 			case "404": // nothing at or after from
 				return b, nil
 			case "408":
-				return b, fmt.Errorf("%w: tenant %s from %d: request timeout", ErrStreamRead, tenant, from)
+				return b, fmt.Errorf("%w: %s from %d: request timeout", ErrStreamRead, of, from)
 			case "503":
 				return b, fmt.Errorf("%w: no responders for %s (does the stream exist with allow_direct?)", ErrStreamRead, r.stream)
 			case "":
