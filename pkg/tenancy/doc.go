@@ -133,9 +133,10 @@
 // go out together in the next one (releases through ReleaseMany's
 // statement, notifying once per pair with the number of slots freed:
 // "<tenant> <dest> <n>"; dispatches of distinct pairs through
-// dispatchGroupSQL). Each call still gets its own outcome, as if alone. A
-// statement's own cost is much of what a short one costs PostgreSQL
-// (BenchmarkReleaseCPU, BenchmarkDispatchCPU).
+// dispatchGroupSQL); while calls come often, the next statement's caller
+// lingers 2 ms for company first. Each call still gets its own outcome, as
+// if alone. A statement's own cost is much of what a short one costs
+// PostgreSQL (BenchmarkReleaseCPU, BenchmarkDispatchCPU).
 //
 // PostgreSQL serialises the commits of notifying transactions under one
 // lock held through the WAL flush, so with synchronous commit concurrent

@@ -12,25 +12,33 @@ const groupTimeout = 10 * time.Second
 
 // grouper combines concurrent calls of one kind (releases, dispatches) into
 // one statement, as a database's group commit combines commits: the first
-// caller runs its statement at once; calls made while a statement runs
-// queue up, and the next statement takes all of them (up to max, and never
-// two with the same key). Nobody waits for company, so a lone call costs
-// what it did alone, and under load PostgreSQL runs a fraction of the
-// statements: a short statement's cost is mostly per statement, not per
+// caller runs its statement; calls made while a statement runs queue up,
+// and the next statement takes all of them (up to max, and never two with
+// the same key). A short statement's cost is mostly per statement, not per
 // row (BenchmarkReleaseCPU, BenchmarkDispatchCPU; docs/dispatcher.md,
-// "Grouped releases and dispatches").
+// "Grouped releases and dispatches"), so under load PostgreSQL runs a
+// fraction of the statements.
+//
+// While calls come often (the last statement began less than busyGap
+// before), a leader first lingers for company, as PostgreSQL's
+// commit_delay does: up to linger, or until max calls wait. A call that
+// comes after a quiet spell runs at once, so a lone call costs what it did
+// alone.
 //
 // The queue is non-empty only while some call leads (runs a statement or
 // has been handed the lead): a leader, its statement done, hands the lead
 // to the call at the queue's head, which is then in the next statement.
 type grouper[A, R any] struct {
-	max int
-	key func(A) string // calls with one key never share a statement
-	run func(ctx context.Context, args []A) []R
+	max    int
+	key    func(A) string // calls with one key never share a statement
+	run    func(ctx context.Context, args []A) []R
+	linger time.Duration // 0: never wait for company
 
 	mu      sync.Mutex
 	queue   []*groupCall[A, R]
 	leading bool
+	last    time.Time     // when the last statement began
+	full    chan struct{} // buffered: max calls wait, a lingering leader goes
 	// statements and calls count what the group ran (Store.ReleaseStats,
 	// Store.DispatchStats).
 	statements, calls int
@@ -59,6 +67,12 @@ func (g *grouper[A, R]) do(ctx context.Context, arg A) (res R, ok bool) {
 	g.queue = append(g.queue, c)
 	lead := !g.leading
 	g.leading = true
+	if len(g.queue) == g.max && g.full != nil {
+		select {
+		case g.full <- struct{}{}:
+		default:
+		}
+	}
 	g.mu.Unlock()
 	if !lead {
 		select {
@@ -102,6 +116,7 @@ func (g *grouper[A, R]) drop(c *groupCall[A, R]) bool {
 // caller's, at its head, among them), delivers their results and hands
 // the lead on.
 func (g *grouper[A, R]) runNext(ctx context.Context) {
+	g.lingerForCompany()
 	g.mu.Lock()
 	var (
 		batch, rest []*groupCall[A, R]
@@ -126,6 +141,7 @@ func (g *grouper[A, R]) runNext(ctx context.Context) {
 		batch = append(batch, c)
 	}
 	g.queue = rest
+	g.last = time.Now()
 	g.statements++
 	g.calls += len(batch)
 	g.mu.Unlock()
@@ -156,6 +172,38 @@ func (g *grouper[A, R]) runNext(ctx context.Context) {
 		g.leading = false
 	}
 	g.mu.Unlock()
+}
+
+// busyGap is how recently the last statement must have begun for a
+// leader to linger: calls then come at least about every busyGap.
+func (g *grouper[A, R]) busyGap() time.Duration { return 4 * g.linger }
+
+// lingerForCompany waits up to linger for more calls to queue, while calls
+// come often and fewer than max wait.
+func (g *grouper[A, R]) lingerForCompany() {
+	if g.linger <= 0 {
+		return
+	}
+	g.mu.Lock()
+	wait := len(g.queue) < g.max && time.Since(g.last) < g.busyGap()
+	if g.full == nil {
+		g.full = make(chan struct{}, 1)
+	}
+	select { // a signal from an earlier fill
+	case <-g.full:
+	default:
+	}
+	full := g.full
+	g.mu.Unlock()
+	if !wait {
+		return
+	}
+	t := time.NewTimer(g.linger)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-full:
+	}
 }
 
 func (g *grouper[A, R]) stats() (statements, calls int) {
