@@ -39,6 +39,10 @@ type destination struct {
 	// its events (laneKey); in a replay lane, one per tenant.
 	mu      sync.Mutex
 	tenants map[string]*tenantState
+	// ranked holds the tenants with a state of a priority other than
+	// normal in a live lane: lanesOf looks only theirs up under every
+	// priority, since the doorbell asks for a tenant's lanes at every event.
+	ranked map[string]bool
 	// grants counts the grants whose outcome set a tenant's cursor
 	// (tenantState.setAt): a read of PostgreSQL taken before (asOf) must
 	// not put a cursor back (seed).
@@ -207,6 +211,12 @@ func (x *destination) stateRinging(tenant string, p events.Priority, ringing uin
 			ts.fresh, ts.live.floor = true, 0
 		}
 		x.tenants[key] = ts
+		if !x.replay && p != events.PriorityNormal {
+			if x.ranked == nil {
+				x.ranked = map[string]bool{}
+			}
+			x.ranked[tenant] = true
+		}
 		if !x.d.owns(tenant, x.name) {
 			x.sched.SetParked(x.key(tenant), true)
 		}
@@ -226,7 +236,7 @@ func (x *destination) knows(tenant string, p events.Priority) bool {
 // of its events in a live lane, its replay's in a replay lane. x.mu must
 // be held.
 func (x *destination) lanesOf(tenant string) []*tenantState {
-	if x.replay {
+	if x.replay || !x.ranked[tenant] { // one state, keyed by the tenant alone
 		if ts := x.tenants[tenant]; ts != nil {
 			return []*tenantState{ts}
 		}

@@ -474,6 +474,11 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, part
 	bellSeq := new(atomic.Uint64)
 	reached := make(chan struct{})
 	var once sync.Once
+	source := "doorbell"
+	if backfill {
+		source = "backfill"
+	}
+	woken := d.m.wakeups.WithLabelValues(source)
 	handle := func(m jetstream.Msg) {
 		md, err := m.Metadata()
 		if err != nil {
@@ -495,13 +500,12 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, part
 			d.parts.parts[d.parts.layout.PartitionOf(tenant)].backSeq.Store(seq)
 		}
 		if ok {
-			source := "doorbell"
-			if backfill {
-				source = "backfill"
-			} else if _, seen := d.rung.Load(laneKey(tenant, prio)); !seen {
-				d.rung.LoadOrStore(laneKey(tenant, prio), seq)
+			if !backfill {
+				if _, seen := d.rung.Load(laneKey(tenant, prio)); !seen {
+					d.rung.LoadOrStore(laneKey(tenant, prio), seq)
+				}
 			}
-			d.m.wakeups.WithLabelValues(source).Inc()
+			woken.Inc()
 			// The body is held for the destinations this dispatcher
 			// dispatches the tenant to; another dispatcher's pairs only
 			// learn the sequence, in case they move here.

@@ -70,7 +70,7 @@ type Dispatcher struct {
 
 	mu          sync.Mutex
 	dests       map[string]*destination
-	tenantDests map[string][]string // tenant -> its destinations (static + partners)
+	tenantDests map[string][]*destination // tenant -> its destinations (static + partners); read at every event
 	running     bool
 	loopCtx     context.Context // ends when Run's ctx ends: stop granting
 	workCtx     context.Context // ends ShutdownGrace later: abandon in-flight work
@@ -164,7 +164,7 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 		partners:    deps.Partners,
 		traces:      newGrantTracing(deps.Tracer),
 		dests:       map[string]*destination{},
-		tenantDests: map[string][]string{},
+		tenantDests: map[string][]*destination{},
 		recoverKick: make(chan struct{}, 1),
 		beatKick:    make(chan struct{}, 1),
 		readKick:    make(chan struct{}, 1),
@@ -376,37 +376,38 @@ func (d *Dispatcher) allLanes() []*destination {
 // (refresh true).
 func (d *Dispatcher) destsOf(ctx context.Context, tenant string, refresh bool) []*destination {
 	d.mu.Lock()
-	names, ok := d.tenantDests[tenant]
+	dests, ok := d.tenantDests[tenant]
 	d.mu.Unlock()
-	if !ok || refresh {
-		names = d.cfg.Dests
-		if d.partners != nil {
-			ps, err := d.partners.Partners(ctx, tenant)
-			if err != nil {
-				d.log.Warn("partners lookup failed; using the static destinations", "tenant", tenant, "err", err)
-				d.m.errors.WithLabelValues("", "partners").Inc()
-			}
-			for _, p := range ps {
-				name := tenancy.DestB2BPrefix + p
-				if !slices.Contains(names, name) {
-					names = append(slices.Clip(names), name)
-				}
+	if ok && !refresh {
+		return dests
+	}
+	names := d.cfg.Dests
+	if d.partners != nil {
+		ps, err := d.partners.Partners(ctx, tenant)
+		if err != nil {
+			d.log.Warn("partners lookup failed; using the static destinations", "tenant", tenant, "err", err)
+			d.m.errors.WithLabelValues("", "partners").Inc()
+		}
+		for _, p := range ps {
+			name := tenancy.DestB2BPrefix + p
+			if !slices.Contains(names, name) {
+				names = append(slices.Clip(names), name)
 			}
 		}
-		d.mu.Lock()
-		d.tenantDests[tenant] = names
-		d.mu.Unlock()
 	}
-	out := make([]*destination, 0, len(names))
+	dests = make([]*destination, 0, len(names))
 	for _, n := range names {
 		x, err := d.destination(n)
 		if err != nil {
 			d.log.Warn("skipping invalid destination", "tenant", tenant, "dest", n, "err", err)
 			continue
 		}
-		out = append(out, x)
+		dests = append(dests, x)
 	}
-	return out
+	d.mu.Lock()
+	d.tenantDests[tenant] = dests
+	d.mu.Unlock()
+	return dests
 }
 
 // routeReleases turns slot releases into wake-ups of the blocked tenant.

@@ -300,6 +300,23 @@ func (r *noisyResult) finish(b *testing.B, ctx context.Context, cfg noisyConfig,
 	return until, deadline
 }
 
+// profileDrain profiles this process and the NATS server
+// (FAIRWAY_BENCH_PROFILE_DIR) from now until the drain is done, not the
+// trickle after it; stop ends the profiles sooner.
+func (e *benchEnv) profileDrain(b *testing.B, ctx context.Context, name string, d *drain) (stop func()) {
+	stopProcess := testenv.ProfileCPU(b, name)
+	stopServer := e.nats.ProfileCPU(b, name+"-server")
+	stop = sync.OnceFunc(func() { stopProcess(); stopServer() })
+	go func() {
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+		}
+		stop()
+	}()
+	return stop
+}
+
 func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	r := noisyResult{name: "fairway"}
 	e := newBenchEnv(b, ctx, true)
@@ -372,8 +389,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 			return nil
 		})
 	}
-	stopProfile := testenv.ProfileCPU(b, "noisy-fairway") // the drain only, not the backlog's publishing
-	stopServerProfile := e.nats.ProfileCPU(b, "noisy-fairway-server")
+	stopProfiles := e.profileDrain(b, ctx, "noisy-fairway", d) // not the backlog's publishing
 	t0 := time.Now()
 	var probe *stallProbe
 	if testenv.EnvInt(b, "FAIRWAY_BENCH_PROBE", 0) == 1 {
@@ -387,8 +403,7 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	split := e.cpuSplit(d.done)
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
-	stopProfile()
-	stopServerProfile()
+	stopProfiles()
 	r.lat, r.missing = latencies(tr, until, deadline, obs.when)
 	r.take, r.takeMissing = latencies(tr, until, deadline, sink.takes.when)
 	r.applied, r.appliedMiss = latencies(tr, until, deadline, sink.applied.when)
@@ -563,8 +578,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig, name string) no
 	}
 	d := newDrain(cfg.noisyN)
 
-	stopProfile := testenv.ProfileCPU(b, "noisy-fifo")
-	stopServerProfile := e.nats.ProfileCPU(b, "noisy-fifo-server")
+	stopProfiles := e.profileDrain(b, ctx, "noisy-fifo", d)
 	t0 := time.Now()
 	split := e.cpuSplit(d.done)
 	pool := e.startFIFO(cfg.workers, 500, cfg.isNoisy, d)
@@ -572,8 +586,7 @@ func runFIFO(b *testing.B, ctx context.Context, cfg noisyConfig, name string) no
 	cfg.startLive(b, e)
 	tr := startTrickle(ctx, pub, cfg.smalls, cfg.perSec, t0, cfg.window)
 	until, deadline := r.finish(b, ctx, cfg, t0, tr, d)
-	stopProfile()
-	stopServerProfile()
+	stopProfiles()
 	r.lat, r.missing = latencies(tr, until, deadline, func(_ string, seq uint64) (time.Time, bool) {
 		pool.mu.Lock()
 		defer pool.mu.Unlock()
