@@ -25,6 +25,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
 	"github.com/fairwayhq/fairway/internal/status"
+	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -105,6 +106,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.Dispatch.PollInterval, "poll-interval", dispatch.PollIntervalDefault, "fallback backlog rescan interval")
 	fs.DurationVar(&c.Dispatch.RecoverInterval, "recover-interval", dispatch.RecoverIntervalDefault, "orphaned-batch recovery interval")
 	fs.IntVar(&c.WorkReplicas, "replicas", 1, "replicas of the WORK stream, which the dispatcher creates (3 in a cluster)")
+	fs.Int64Var(&c.Dispatch.WorkWithoutSink, "work-without-sink", dispatch.WorkWithoutSinkDefault, "bytes of work items that may wait in WORK for a destination whose sinks have never run (a partner registered before its sink started); the rest of its backlog waits in PRODUCTS; negative: no bound")
+	fs.StringVar(&c.WorkStorage, "work-storage", work.StorageMemory, "storage of the WORK stream when the dispatcher creates it: memory (a work item lost with a server's memory is dispatched again once its lease expires) or file (the server writes every carried body to disk a second time)")
 	c.Log.RegisterFlags(fs, "info")
 	fs.IntVar(&c.TenantMetrics.TopK, "tenant-metrics-top", status.TopKDefault, "per destination, tenants with the most backlog that get their own metric series (the rest: tenant=\"other\"); 0 turns backlog metrics off")
 	fs.DurationVar(&c.TenantMetrics.Interval, "tenant-metrics-interval", status.IntervalDefault, "how often backlog metrics are sampled (one direct get per tenant and destination)")
@@ -134,6 +137,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	}
 	if getenv("GOMEMLIMIT") != "" && !fs.Changed("memory-limit") {
 		c.MemoryLimit = 0 // the runtime applied GOMEMLIMIT
+	}
+	if _, err := work.StorageType(c.WorkStorage); err != nil {
+		return c, fmt.Errorf("--work-storage: %w", err)
 	}
 	if c.TenantMetrics.TopK < 0 {
 		return c, fmt.Errorf("--tenant-metrics-top %d: want 0 (off) or more", c.TenantMetrics.TopK)

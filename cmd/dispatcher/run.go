@@ -27,6 +27,7 @@ type Config struct {
 	DatabaseURL  string
 	LeaseTTL     time.Duration
 	WorkReplicas int
+	WorkStorage  string
 	Dispatch     dispatch.Config
 	// TenantMetrics configures the backlog gauges; TopK 0 turns them off.
 	TenantMetrics status.ExporterConfig
@@ -83,12 +84,24 @@ func run(ctx context.Context, cfg Config) error {
 	// The dispatcher owns WORK: it creates it and applies its settings.
 	// PRODUCTS belongs to ingest: wait for it, however long that takes
 	// (docs/operating.md).
-	if err := bootstrap.UntilRefused(startCtx, nc, func(ctx context.Context) error {
-		_, err := work.EnsureStream(ctx, js, work.StreamConfig{Replicas: cfg.WorkReplicas})
-		return err
-	}); err != nil {
+	workCfg := work.StreamConfig{Replicas: cfg.WorkReplicas, Storage: cfg.WorkStorage}
+	ensureWork := func(ctx context.Context) error {
+		s, err := work.EnsureStream(ctx, js, workCfg)
+		if err == nil {
+			if kept := work.KeptStorage(s, workCfg); kept != "" {
+				log.Warn("stream WORK keeps its "+kept+" storage: JetStream cannot change a stream's storage (docs/operating.md, \"WORK storage\")",
+					"stream", work.StreamName, "storage", kept, "work_storage", workCfg.WithDefaults().Storage)
+			}
+		}
 		return err
 	}
+	if err := bootstrap.UntilRefused(startCtx, nc, ensureWork); err != nil {
+		return err
+	}
+	// In memory, WORK is gone when its server restarts: create it again,
+	// as ingest does PRODUCTS. The items it held are dispatched again
+	// once their leases expire.
+	go bootstrap.KeepStream(ctx, js, work.StreamName, bootstrap.KeepStreamEvery, ensureWork, log)
 	if _, err := bootstrap.AwaitStream(ctx, js, events.StreamName, "ingest", log); err != nil {
 		return err
 	}

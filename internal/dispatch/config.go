@@ -29,6 +29,7 @@ const (
 	ScanParallelismDefault = 16
 	BackfillDefault        = 2_000_000
 	BodyBudgetDefault      = 128 << 20
+	WorkWithoutSinkDefault = 32 << 20
 	ReplayRateDefault      = 2_500
 	ReplayBatchDefault     = 100
 	ReplayLookaheadDefault = 1_000
@@ -140,6 +141,14 @@ type Config struct {
 	// Set, the dispatcher publishes as far as slots allow. Default false.
 	DeepWork bool
 
+	// WorkWithoutSink bounds the bytes of work items this dispatcher lets
+	// wait in WORK for a destination no sink has consumed yet (its
+	// consumer does not exist: a partner registered before its sink
+	// started, say); the rest of the destination's backlog waits in
+	// PRODUCTS. WORK is in memory by default (work.StorageMemory), shared
+	// by every destination. Negative: no bound. Default 32 MiB.
+	WorkWithoutSink int64
+
 	// BodyBudget bounds the bytes of event bodies the dispatcher holds
 	// between the doorbell delivering them and the grants that dispatch
 	// them: their work items carry them (work.Item.Bodies), so the sinks
@@ -229,6 +238,7 @@ func (c *Config) WithDefaults() *Config {
 	out.ScanParallelism = cmp.Or(c.ScanParallelism, ScanParallelismDefault)
 	out.Backfill = cmp.Or(c.Backfill, BackfillDefault)
 	out.BodyBudget = cmp.Or(c.BodyBudget, BodyBudgetDefault)
+	out.WorkWithoutSink = cmp.Or(c.WorkWithoutSink, WorkWithoutSinkDefault)
 	out.ReplayRate = cmp.Or(c.ReplayRate, ReplayRateDefault)
 	out.ReplayLookahead = cmp.Or(c.ReplayLookahead, ReplayLookaheadDefault)
 	out.ReplayBatch = min(cmp.Or(c.ReplayBatch, ReplayBatchDefault), out.BatchSize)

@@ -166,7 +166,7 @@ func newDestination(d *Dispatcher, name string, live, replay *scheduler.Schedule
 	// The replay lane needs no window: its slots bound what it has in
 	// WORK.
 	if !d.cfg.DeepWork {
-		x.win = newWorkWindow(d.js, name, d.cfg.GrantBatches, d.m)
+		x.win = newWorkWindow(d.js, name, d.cfg.GrantBatches, d.cfg.WorkWithoutSink, d.m)
 	}
 	return x
 }

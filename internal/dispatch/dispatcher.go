@@ -480,10 +480,10 @@ const publishAttemptTimeout = 2 * time.Second
 // publish hands it to WORK, retrying transient failures (same Msg-Id, so a
 // retry of a publish that did land is a duplicate) until PublishTimeout,
 // and returns the item's stream sequence.
-func (d *Dispatcher) publish(ctx context.Context, it work.Item) (uint64, error) {
+func (d *Dispatcher) publish(ctx context.Context, it work.Item) (seq uint64, size int, err error) {
 	msg, err := it.Msg()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if d.traces != nil {
 		d.traces.markItem(ctx, it, msg.Header)
@@ -496,17 +496,17 @@ func (d *Dispatcher) publish(ctx context.Context, it work.Item) (uint64, error) 
 		ack, err := d.js.PublishMsg(actx, msg)
 		acancel()
 		if err == nil {
-			return ack.Sequence, nil
+			return ack.Sequence, len(msg.Data), nil
 		}
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
+			return 0, 0, fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
 		}
 		d.log.Warn("publish work item failed; retrying", "item", it.MsgID(), "err", err)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
+			return 0, 0, fmt.Errorf("%w %s: %v", ErrPublish, it.MsgID(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)

@@ -361,14 +361,14 @@ func (x *destination) publishItems(ctx context.Context, p *grant, leases []tenan
 			d.m.priorities.WithLabelValues(x.name, string(it.Priority)).Add(float64(it.Count))
 		}
 		wg.Go(func() {
-			seq, err := d.publish(ctx, it)
+			seq, size, err := d.publish(ctx, it)
 			if err != nil {
 				d.log.Warn("work item not published; handing the batch back", "item", it.MsgID(), "err", err)
 				d.m.errors.WithLabelValues(x.name, "publish").Inc()
 				d.handBack(l)
 				return
 			}
-			x.win.published(seq)
+			x.win.published(seq, size)
 			items.Add(1)
 			d.m.items.WithLabelValues(x.name).Inc()
 			d.m.events.WithLabelValues(x.name).Add(float64(it.Count))

@@ -135,13 +135,13 @@ func (d *Dispatcher) redispatch(ctx context.Context, x *destination, o tenancy.O
 		Tenant: o.Tenant, Dest: o.Dest, FromSeq: lease.FromSeq, ToSeq: lease.ToSeq, Count: n,
 		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(), Replay: o.Slot < 0, Priority: o.Priority,
 	}
-	seq, err := d.publish(ctx, it)
+	seq, size, err := d.publish(ctx, it)
 	if err != nil {
 		d.m.errors.WithLabelValues(x.name, "publish").Inc()
 		d.handBack(lease)
 		return false
 	}
-	x.win.published(seq)
+	x.win.published(seq, size)
 	d.log.Info("re-dispatched an orphaned batch", "tenant", o.Tenant, "dest", o.Dest,
 		"from", lease.FromSeq, "to", lease.ToSeq, "old_holder", o.Holder, "lease", lease.ID)
 	d.m.recovered.WithLabelValues(x.name).Inc()

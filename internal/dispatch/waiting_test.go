@@ -101,25 +101,25 @@ func TestWorkWindowReservesByGrant(t *testing.T) {
 	if !w.room() {
 		t.Fatalf("no room with %d items reserved of 8", small+flood)
 	}
-	w.waiting = []uint64{1, 2, 3}
+	w.waiting = []waitingItem{{seq: 1}, {seq: 2}, {seq: 3}}
 	if w.room() {
 		t.Fatal("room with 3 waiting and 5 reserved of 8")
 	}
 	for seq := range uint64(4) {
-		w.published(10 + seq)
+		w.published(10+seq, 100)
 	}
 	w.settle(flood)
 	if w.room() {
 		t.Fatal("room with 7 waiting and 1 reserved of 8")
 	}
 	w.waiting = w.waiting[2:] // the consumer delivered two
-	w.published(20)
+	w.published(20, 100)
 	w.settle(small)
 	if !w.room() {
 		t.Fatal("no room with 6 waiting of 8")
 	}
-	w.published(21)
-	w.published(22)
+	w.published(21, 100)
+	w.published(22, 100)
 	if w.room() {
 		t.Fatal("room with 8 waiting of 8")
 	}

@@ -33,10 +33,14 @@ import (
 // window held grants back (the sinks could take more), and shrinks slowly
 // while more than half of it waits, never below its start: a floor that
 // keeps sinks fed between two looks. Without the consumer (no sink of the
-// destination has ever started) or when it cannot be read (a NATS user
-// without $JS.API.CONSUMER.INFO.WORK.>), the window stays open, as if WORK
-// were empty: what is published waits for the sinks as it would without a
-// window. An unreadable consumer is reported.
+// destination has ever started) the items wait for the first sink, and
+// the window holds them to bytes (Config.WorkWithoutSink) rather than
+// items: WORK, in memory, is shared by every destination, and one without
+// sinks must not fill it; a WORK created anew meanwhile (a server restart
+// took it) held none of them. When the consumer cannot be read (a NATS
+// user without $JS.API.CONSUMER.INFO.WORK.>), the window stays open, as if
+// WORK were empty: what is published waits for the sinks as it would
+// without a window. An unreadable consumer is reported.
 type workWindow struct {
 	js       jetstream.JetStream
 	consumer string
@@ -44,23 +48,39 @@ type workWindow struct {
 	// sizeG and waitingG show size and waiting at each look.
 	sizeG, waitingG prometheus.Gauge
 
+	// noSinkBytes bounds the bytes waiting while the consumer does not
+	// exist (Config.WorkWithoutSink); negative: no bound.
+	noSinkBytes int64
+
 	mu       sync.Mutex
-	size     int      // the window: items that may wait in WORK
-	waiting  []uint64 // stream sequences of this dispatcher's items not delivered at the last look
-	reserved int      // items grants in flight may still publish
-	full     bool     // a grant was held back since the last look
+	size     int           // the window: items that may wait in WORK
+	waiting  []waitingItem // this dispatcher's items not delivered at the last look
+	bytes    int64         // the sizes of waiting
+	noSink   bool          // the consumer did not exist at the last look
+	lookedAt time.Time     // when the last look was
+	reserved int           // items grants in flight may still publish
+	full     bool          // a grant was held back since the last look
+}
+
+// waitingItem is an item published and not yet delivered: its stream
+// sequence and size.
+type waitingItem struct {
+	seq   uint64
+	bytes int64
 }
 
 // Bounds of the window, in items.
 const (
 	workWindowMin = 8
 	workWindowMax = 4096
-	// workWindowEvery is how often the window looks at the consumer.
-	workWindowEvery = 20 * time.Millisecond
+	// workWindowEvery is how often the window looks at the consumer,
+	// workWindowNoSinkEvery while the consumer does not exist.
+	workWindowEvery       = 20 * time.Millisecond
+	workWindowNoSinkEvery = time.Second
 )
 
-func newWorkWindow(js jetstream.JetStream, dest string, grant int, m *metrics) *workWindow {
-	w := &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant),
+func newWorkWindow(js jetstream.JetStream, dest string, grant int, noSinkBytes int64, m *metrics) *workWindow {
+	w := &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant), noSinkBytes: noSinkBytes,
 		sizeG: m.workWindow.WithLabelValues(dest), waitingG: m.workWaiting.WithLabelValues(dest)}
 	w.sizeG.Set(float64(w.size))
 	return w
@@ -75,6 +95,9 @@ func (w *workWindow) room() bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.noSink {
+		return w.noSinkBytes < 0 || w.bytes < w.noSinkBytes
+	}
 	if len(w.waiting)+w.reserved >= w.size {
 		w.full = true
 		return false
@@ -98,15 +121,16 @@ func (w *workWindow) reserve(events, size int) int {
 	return n
 }
 
-// published records an item this dispatcher published at stream
-// sequence seq: it waits until the consumer has delivered it.
-func (w *workWindow) published(seq uint64) {
+// published records an item of size bytes this dispatcher published at
+// stream sequence seq: it waits until the consumer has delivered it.
+func (w *workWindow) published(seq uint64, size int) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.waiting = append(w.waiting, seq)
+	w.waiting = append(w.waiting, waitingItem{seq: seq, bytes: int64(size)})
+	w.bytes += int64(size)
 }
 
 // settle ends a grant's reservation of reserved items, after its items
@@ -126,19 +150,30 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	info, err := w.consumerInfo(ctx)
+	noSink := errors.Is(err, jetstream.ErrConsumerNotFound)
+	var last uint64 // WORK's last sequence, without a consumer
+	if noSink {
+		if s, serr := w.js.Stream(ctx, work.StreamName); serr == nil {
+			last = s.CachedInfo().State.LastSeq
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	full := w.full
 	w.full = false
+	w.noSink, w.lookedAt = noSink, time.Now()
 	switch {
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		w.waiting, err = w.waiting[:0], nil // no sink yet: open
+	case noSink:
+		// The items wait for the first sink, unless WORK is new: then
+		// the stream's sequences are below them.
+		w.dropWaiting(func(it waitingItem) bool { return it.seq > last })
+		err = nil
 	case err != nil:
-		w.waiting = w.waiting[:0] // open
+		w.dropWaiting(func(waitingItem) bool { return true }) // open
 	default:
 		// The consumer delivers in stream order (redeliveries aside), so
 		// what it has not delivered is above its last delivered sequence.
-		w.waiting = slices.DeleteFunc(w.waiting, func(seq uint64) bool { return seq <= info.Delivered.Stream })
+		w.dropWaiting(func(it waitingItem) bool { return it.seq <= info.Delivered.Stream })
 		floor := max(workWindowMin, 2*w.grant)
 		switch {
 		case info.NumPending == 0 && info.NumWaiting > 0 && full:
@@ -152,12 +187,29 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	return len(w.waiting)+w.reserved < w.size, err
 }
 
+// dropWaiting forgets the waiting items gone says are no longer waiting;
+// w.mu must be held.
+func (w *workWindow) dropWaiting(gone func(waitingItem) bool) {
+	w.waiting = slices.DeleteFunc(w.waiting, func(it waitingItem) bool {
+		if gone(it) {
+			w.bytes -= it.bytes
+			return true
+		}
+		return false
+	})
+}
+
 // idle says the window has nothing to learn from the consumer: none of
-// this dispatcher's items waiting, none reserved, and no grant held back. A destination without traffic (a partner of a quiet
-// tenant, say) then costs no request.
+// this dispatcher's items waiting, none reserved, and no grant held back,
+// or no consumer a second ago. A destination without traffic (a partner of
+// a quiet tenant, say) then costs no request, and one without sinks one a
+// second.
 func (w *workWindow) idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.noSink && time.Since(w.lookedAt) < workWindowNoSinkEvery {
+		return true // the first sink is awaited: a look a second will see it
+	}
 	return len(w.waiting) == 0 && w.reserved == 0 && !w.full
 }
 

@@ -62,7 +62,7 @@ func TestOperatingIt(t *testing.T) {
 	run(t, filepath.Join(bin, "fairway"), as("operator", "PARTNER_SECRET="+b2b.WebhookSecret(secret)),
 		"partners", "add", "acme", "erp", "--url", partner.URL(), "--secret-env", "PARTNER_SECRET", "--allow-insecure-http")
 
-	listen := func() string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
+	listen := func() string { return freeAddr(t) }
 	ingestAddr := listen()
 	services := []struct {
 		bin, user string

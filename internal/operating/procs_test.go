@@ -102,6 +102,15 @@ func (s *natsServer) url(user string) string {
 	return strings.Replace(s.URL, "nats://", "nats://"+user+":"+s.passwords[user]+"@", 1)
 }
 
+// env is the environment of a service that connects as user, with the
+// database at dsn.
+func (s *natsServer) env(dsn, user string) []string {
+	return []string{"DATABASE_URL=" + dsn, "NATS_URL=" + s.url(user)}
+}
+
+// freeAddr is a loopback address with a free port, for a --listen.
+func freeAddr(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)

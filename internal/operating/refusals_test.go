@@ -37,7 +37,7 @@ func startFails(t *testing.T, bin, natsURL, dsn string, want []string, args ...s
 // services lists each binary that connects to NATS with the arguments
 // that start it.
 func services(t *testing.T, bin string) map[string][]string {
-	listen := func() string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
+	listen := func() string { return freeAddr(t) }
 	return map[string][]string{
 		filepath.Join(bin, "ingest"):     {"--listen", listen()},
 		filepath.Join(bin, "dispatcher"): {"--listen", listen()},
@@ -71,7 +71,7 @@ func TestFailFastAtStart(t *testing.T) {
 	nats := startNATS(t)
 	dsn := testenv.NewDatabase(t)
 	run(t, filepath.Join(bin, "fairway"), []string{"DATABASE_URL=" + dsn}, "migrate")
-	listen := func() string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
+	listen := func() string { return freeAddr(t) }
 	wrong := strings.Replace(nats.URL, "nats://", "nats://ingest:wrong@", 1)
 	startFails(t, filepath.Join(bin, "ingest"), wrong, dsn, []string{"Authorization Violation"}, "--listen", listen())
 	// The sinks' user may use WORK but not create it.

@@ -33,8 +33,8 @@ func TestServerReplaced(t *testing.T) {
 	defer cancel()
 	nats := startNATS(t)
 	dsn, pool, token := acmeDatabase(ctx, t)
-	env := func(user string) []string { return []string{"DATABASE_URL=" + dsn, "NATS_URL=" + nats.url(user)} }
-	listen := func() string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
+	env := func(user string) []string { return nats.env(dsn, user) }
+	listen := func() string { return freeAddr(t) }
 	ingestAddr := listen()
 	dispatcherArgs := []string{"--dest", "postgres", "--poll-interval", "1s", "--listen", listen()}
 	ingest := start(t, filepath.Join(bin, "ingest"), env("ingest"), "--listen", ingestAddr)
