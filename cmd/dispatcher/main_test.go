@@ -103,14 +103,14 @@ func TestParseConfig(t *testing.T) {
 			t.Errorf("--dest-batch-size %q accepted", bad)
 		}
 	}
-	if c, err := parseConfig(nil, get, io.Discard); err != nil || c.WorkStorage != work.StorageMemory {
-		t.Errorf("WORK storage by default: %q, %v; want memory", c.WorkStorage, err)
+	if c, err := parseConfig(nil, get, io.Discard); err != nil || c.WorkStorage != work.StorageFile {
+		t.Errorf("WORK storage by default: %q, %v; want file", c.WorkStorage, err)
 	}
-	if c, err := parseConfig([]string{"--work-storage", "file"}, get, io.Discard); err != nil || c.WorkStorage != work.StorageFile {
-		t.Errorf("--work-storage file: %q, %v", c.WorkStorage, err)
+	if c, err := parseConfig([]string{"--work-storage", "memory"}, get, io.Discard); err != nil || c.WorkStorage != work.StorageMemory {
+		t.Errorf("--work-storage memory: %q, %v", c.WorkStorage, err)
 	}
-	if _, err := parseConfig([]string{"--work-storage", "disk"}, get, io.Discard); err == nil || !strings.Contains(err.Error(), "want memory or file") {
-		t.Errorf("--work-storage disk: %v, want an error naming memory and file", err)
+	if _, err := parseConfig([]string{"--work-storage", "disk"}, get, io.Discard); err == nil || !strings.Contains(err.Error(), "want file or memory") {
+		t.Errorf("--work-storage disk: %v, want an error naming file and memory", err)
 	}
 }
 

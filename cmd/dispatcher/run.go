@@ -98,9 +98,9 @@ func run(ctx context.Context, cfg Config) error {
 	if err := bootstrap.UntilRefused(startCtx, nc, ensureWork); err != nil {
 		return err
 	}
-	// In memory, WORK is gone when its server restarts: create it again,
-	// as ingest does PRODUCTS. The items it held are dispatched again
-	// once their leases expire.
+	// WORK is gone when it was in memory and its server restarted, or
+	// someone deleted it: create it again, as ingest does PRODUCTS. The
+	// items it held are dispatched again once their leases expire.
 	go bootstrap.KeepStream(ctx, js, work.StreamName, bootstrap.KeepStreamEvery, ensureWork, log)
 	if _, err := bootstrap.AwaitStream(ctx, js, events.StreamName, "ingest", log); err != nil {
 		return err

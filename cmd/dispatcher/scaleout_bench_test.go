@@ -35,7 +35,8 @@ import (
 // stream of 8 partitions and queued before the dispatchers start, and 100
 // small tenants publishing live while they drain (2 events/s each);
 // destination postgres, slot limits (64) and leases (10 minutes) that
-// never bind, as no sink takes the work. The clock runs from the
+// never bind, as no sink takes the work, and no bound on the work waiting
+// for a sink (--work-without-sink -1). The clock runs from the
 // dispatchers' start until their work items cover every event
 // (fairway_dispatcher_events_total summed over them). It reports the
 // drain's events/s, each dispatcher's share, the dispatchers' CPU (user
@@ -93,7 +94,7 @@ func scaleOut(b *testing.B, bin string, count, n int) {
 		ds[i].listen = freeAddr(b)
 		ds[i].cmd = exec.CommandContext(ctx, filepath.Join(bin, "dispatcher"),
 			"--nats-url", url, "--database-url", dsn, "--listen", ds[i].listen, "--log-level", "warn",
-			"--dest", "postgres", "--holder", fmt.Sprintf("scale-%d", i+1), "--lease-ttl", "10m")
+			"--dest", "postgres", "--holder", fmt.Sprintf("scale-%d", i+1), "--lease-ttl", "10m", "--work-without-sink", "-1")
 		ds[i].cmd.Stderr = os.Stderr
 	}
 	var serverFrom time.Duration

@@ -145,8 +145,8 @@ type Config struct {
 	// wait in WORK for a destination no sink has consumed yet (its
 	// consumer does not exist: a partner registered before its sink
 	// started, say); the rest of the destination's backlog waits in
-	// PRODUCTS. WORK is in memory by default (work.StorageMemory), shared
-	// by every destination. Negative: no bound. Default 32 MiB.
+	// PRODUCTS: WORK is shared by every destination, and may be in memory
+	// (work.StorageMemory). Negative: no bound. Default 32 MiB.
 	WorkWithoutSink int64
 
 	// BodyBudget bounds the bytes of event bodies the dispatcher holds

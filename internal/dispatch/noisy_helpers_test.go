@@ -67,7 +67,9 @@ func newBenchEnv(tb testing.TB, ctx context.Context, withPG bool) *benchEnv {
 		tb.Fatal(err)
 	}
 	if withPG {
-		if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
+		// FAIRWAY_BENCH_WORK_STORAGE=file measures WORK on file storage,
+		// the dispatcher's --work-storage file.
+		if _, err := work.EnsureStream(ctx, js, work.StreamConfig{Storage: os.Getenv("FAIRWAY_BENCH_WORK_STORAGE")}); err != nil {
 			tb.Fatal(err)
 		}
 	}

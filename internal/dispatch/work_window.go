@@ -35,8 +35,8 @@ import (
 // keeps sinks fed between two looks. Without the consumer (no sink of the
 // destination has ever started) the items wait for the first sink, and
 // the window holds them to bytes (Config.WorkWithoutSink) rather than
-// items: WORK, in memory, is shared by every destination, and one without
-// sinks must not fill it; a WORK created anew meanwhile (a server restart
+// items: WORK, on disk or in memory, is shared by every destination, and
+// one without sinks must not fill it; a WORK created anew meanwhile (a server restart
 // took it) held none of them. When the consumer cannot be read (a NATS
 // user without $JS.API.CONSUMER.INFO.WORK.>), the window stays open, as if
 // WORK were empty: what is published waits for the sinks as it would

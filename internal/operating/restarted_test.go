@@ -13,7 +13,7 @@ import (
 
 // A NATS server restarted with its store, while a work item waits in WORK
 // for a sink: PRODUCTS is on file and comes back, WORK is in memory
-// (--work-storage memory, the default) and does not. The dispatcher
+// (--work-storage memory) and does not. The dispatcher
 // creates WORK again without a restart, the lost item's lease expires and
 // its batch is dispatched again as an orphan, and the sink, started after
 // the restart, applies both events.
@@ -28,7 +28,7 @@ func TestServerRestartedLosesNoWork(t *testing.T) {
 	listen := func() string { return freeAddr(t) }
 	ingestAddr := listen()
 	ingest := start(t, filepath.Join(bin, "ingest"), env("ingest"), "--listen", ingestAddr)
-	dispatcher := start(t, filepath.Join(bin, "dispatcher"), env("dispatcher"), "--dest", "postgres",
+	dispatcher := start(t, filepath.Join(bin, "dispatcher"), env("dispatcher"), "--dest", "postgres", "--work-storage", "memory",
 		"--lease-ttl", "5s", "--recover-interval", "1s", "--listen", listen())
 	postEvents(ctx, t, ingestAddr, "acme", token, `[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}},
 		{"product_id":"p2","version":1,"op":"upsert","payload":{"name":"Table"}}]`, nil)

@@ -19,16 +19,16 @@ const (
 
 // The storages WORK may have (StreamConfig.Storage).
 const (
-	// StorageMemory keeps work items in the servers' memory (replicated in
-	// a cluster). The default: an item lives from its publish to its
-	// sink's ack, WORK holds no more than the work window, and an item
-	// lost with a server's memory is dispatched again once its lease
-	// expires, as an orphan (docs/design.md, "WORK in memory").
-	StorageMemory = "memory"
-	// StorageFile writes every work item to disk: it survives a restart
-	// of a lone server, for the price of the server writing each body a
-	// second time.
+	// StorageFile writes every work item to disk, the default: an item
+	// survives a restart of a lone server, for the price of the server
+	// writing each carried body a second time, after PRODUCTS.
 	StorageFile = "file"
+	// StorageMemory keeps work items in the servers' memory (replicated in
+	// a cluster): an item lives from its publish to its sink's ack and
+	// WORK holds about the work window, and an item lost with a server's
+	// memory is dispatched again once its lease expires, as an orphan
+	// (docs/design.md, "WORK on file, or in memory").
+	StorageMemory = "memory"
 )
 
 // StreamConfig configures the WORK stream.
@@ -37,7 +37,7 @@ type StreamConfig struct {
 	Replicas   int           // default 1 (3 in a cluster)
 	MaxAge     time.Duration // default 7 days, as PRODUCTS
 	Duplicates time.Duration // default 10 minutes
-	Storage    string        // StorageMemory (default) or StorageFile
+	Storage    string        // StorageFile (default) or StorageMemory
 }
 
 // WithDefaults fills zero fields.
@@ -46,20 +46,20 @@ func (c StreamConfig) WithDefaults() StreamConfig {
 	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.MaxAge = cmp.Or(c.MaxAge, StreamMaxAgeDefault)
 	c.Duplicates = cmp.Or(c.Duplicates, StreamDuplicatesDefault)
-	c.Storage = cmp.Or(c.Storage, StorageMemory)
+	c.Storage = cmp.Or(c.Storage, StorageFile)
 	return c
 }
 
 // storages maps each storage's name to JetStream's.
 var storages = map[string]jetstream.StorageType{StorageMemory: jetstream.MemoryStorage, StorageFile: jetstream.FileStorage}
 
-// StorageType is the JetStream storage of name, one of StorageMemory and
-// StorageFile.
+// StorageType is the JetStream storage of name, one of StorageFile and
+// StorageMemory.
 func StorageType(name string) (jetstream.StorageType, error) {
 	if st, ok := storages[name]; ok {
 		return st, nil
 	}
-	return 0, fmt.Errorf("WORK storage %q: want %s or %s", name, StorageMemory, StorageFile)
+	return 0, fmt.Errorf("WORK storage %q: want %s or %s", name, StorageFile, StorageMemory)
 }
 
 // EnsureStream creates or updates the WORK stream. JetStream cannot change

@@ -9,7 +9,7 @@ import (
 	"github.com/fairwayhq/fairway/internal/work"
 )
 
-// WORK is created in memory unless told file; one that exists keeps its
+// WORK is created on file unless told memory; one that exists keeps its
 // storage (JetStream cannot change it), EnsureStream still succeeds, and
 // KeptStorage names the storage kept; a storage of another name is
 // refused.
@@ -23,9 +23,9 @@ func TestWorkStreamStorage(t *testing.T) {
 		want  jetstream.StorageType
 		kept2 string // KeptStorage asking for then
 	}{
-		{name: "default", first: "", then: work.StorageFile, want: jetstream.MemoryStorage, kept2: work.StorageMemory},
-		{name: "file kept", first: work.StorageFile, then: "", want: jetstream.FileStorage, kept2: work.StorageFile},
-		{name: "memory asked again", first: work.StorageMemory, then: work.StorageMemory, want: jetstream.MemoryStorage},
+		{name: "default", first: "", then: work.StorageMemory, want: jetstream.FileStorage, kept2: work.StorageFile},
+		{name: "memory kept", first: work.StorageMemory, then: "", want: jetstream.MemoryStorage, kept2: work.StorageMemory},
+		{name: "file asked again", first: work.StorageFile, then: work.StorageFile, want: jetstream.FileStorage},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, nc := testenv.NATS(t)
