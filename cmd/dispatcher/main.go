@@ -106,7 +106,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.Dispatch.PollInterval, "poll-interval", dispatch.PollIntervalDefault, "fallback backlog rescan interval")
 	fs.DurationVar(&c.Dispatch.RecoverInterval, "recover-interval", dispatch.RecoverIntervalDefault, "orphaned-batch recovery interval")
 	fs.IntVar(&c.WorkReplicas, "replicas", 1, "replicas of the WORK stream, which the dispatcher creates (3 in a cluster)")
-	fs.Int64Var(&c.Dispatch.WorkWithoutSink, "work-without-sink", dispatch.WorkWithoutSinkDefault, "bytes of work items that may wait in WORK for a destination whose sinks have never run (a partner registered before its sink started); the rest of its backlog waits in PRODUCTS; negative: no bound")
+	fs.Int64Var(&c.Dispatch.WorkWithoutSink, "work-without-sink", dispatch.WorkWithoutSinkDefault, "bytes of work items that may wait in WORK for a destination whose sinks have never run (a partner registered before its sink started); the rest of its backlog waits in PRODUCTS; negative: no bound; 0: the default")
 	fs.StringVar(&c.WorkStorage, "work-storage", work.StorageFile, "storage of the WORK stream when the dispatcher creates it: file (work items survive a server's restart) or memory (the server does not write the carried bodies to disk a second time; an item lost with a server's memory is dispatched again once its lease expires)")
 	c.Log.RegisterFlags(fs, "info")
 	fs.IntVar(&c.TenantMetrics.TopK, "tenant-metrics-top", status.TopKDefault, "per destination, tenants with the most backlog that get their own metric series (the rest: tenant=\"other\"); 0 turns backlog metrics off")

@@ -146,7 +146,7 @@ type Config struct {
 	// consumer does not exist: a partner registered before its sink
 	// started, say); the rest of the destination's backlog waits in
 	// PRODUCTS: WORK is shared by every destination, and may be in memory
-	// (work.StorageMemory). Negative: no bound. Default 32 MiB.
+	// (work.StorageMemory). Negative: no bound. Zero: the default, 32 MiB.
 	WorkWithoutSink int64
 
 	// BodyBudget bounds the bytes of event bodies the dispatcher holds

@@ -67,8 +67,8 @@ func newBenchEnv(tb testing.TB, ctx context.Context, withPG bool) *benchEnv {
 		tb.Fatal(err)
 	}
 	if withPG {
-		// FAIRWAY_BENCH_WORK_STORAGE=file measures WORK on file storage,
-		// the dispatcher's --work-storage file.
+		// FAIRWAY_BENCH_WORK_STORAGE=memory measures WORK in memory, the
+		// dispatcher's --work-storage memory (file by default).
 		if _, err := work.EnsureStream(ctx, js, work.StreamConfig{Storage: os.Getenv("FAIRWAY_BENCH_WORK_STORAGE")}); err != nil {
 			tb.Fatal(err)
 		}

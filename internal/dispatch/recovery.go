@@ -79,6 +79,9 @@ func (d *Dispatcher) recoverOnce(ctx context.Context) int {
 	}
 	done := 0
 	for _, x := range d.allDests() {
+		if x.win.sinkless() {
+			continue // its orphans wait for its first sink (workWindow.sinkless)
+		}
 		os, err := d.st.Orphans(ctx, x.name, recoverBatch)
 		if err != nil {
 			if ctx.Err() == nil {

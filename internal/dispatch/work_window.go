@@ -80,7 +80,10 @@ const (
 )
 
 func newWorkWindow(js jetstream.JetStream, dest string, grant int, noSinkBytes int64, m *metrics) *workWindow {
-	w := &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant), noSinkBytes: noSinkBytes,
+	// Until the first look the consumer is not known to exist: the window
+	// holds items to noSinkBytes, so that a destination without sinks
+	// does not get a window of items first.
+	w := &workWindow{js: js, consumer: work.ConsumerName(dest), grant: grant, size: max(workWindowMin, 2*grant), noSinkBytes: noSinkBytes, noSink: true,
 		sizeG: m.workWindow.WithLabelValues(dest), waitingG: m.workWaiting.WithLabelValues(dest)}
 	w.sizeG.Set(float64(w.size))
 	return w
@@ -95,14 +98,33 @@ func (w *workWindow) room() bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.noSink {
-		return w.noSinkBytes < 0 || w.bytes < w.noSinkBytes
-	}
-	if len(w.waiting)+w.reserved >= w.size {
-		w.full = true
+	if !w.roomLocked() {
+		w.full = !w.noSink
 		return false
 	}
 	return true
+}
+
+// roomLocked is room's test; w.mu must be held. Without a sink it is one
+// of bytes, and one grant in flight at most beyond them.
+func (w *workWindow) roomLocked() bool {
+	if w.noSink {
+		return w.noSinkBytes < 0 || (w.bytes < w.noSinkBytes && w.reserved < w.grant)
+	}
+	return len(w.waiting)+w.reserved < w.size
+}
+
+// sinkless says whether the destination's consumer did not exist at the
+// last look and its items fill the bound: recovery then leaves its
+// orphans for later, as a batch dispatched again would only add a copy to
+// WORK that no sink takes, past the bound.
+func (w *workWindow) sinkless() bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.noSink && !w.roomLocked()
 }
 
 // reserve takes room for the items of a grant of up to events events cut
@@ -149,9 +171,12 @@ func (w *workWindow) settle(reserved int) {
 func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
+	w.mu.Lock()
+	known := len(w.waiting) // items published since are not judged by what is read now
+	w.mu.Unlock()
 	info, err := w.consumerInfo(ctx)
 	noSink := errors.Is(err, jetstream.ErrConsumerNotFound)
-	var last uint64 // WORK's last sequence, without a consumer
+	var last uint64 // WORK's last sequence, without a consumer; 0: unknown
 	if noSink {
 		if s, serr := w.js.Stream(ctx, work.StreamName); serr == nil {
 			last = s.CachedInfo().State.LastSeq
@@ -165,8 +190,11 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	switch {
 	case noSink:
 		// The items wait for the first sink, unless WORK is new: then
-		// the stream's sequences are below them.
-		w.dropWaiting(func(it waitingItem) bool { return it.seq > last })
+		// the stream's sequences are below them. Only look() drops
+		// items, so the first known are those it knew before reading.
+		if last > 0 {
+			w.dropKnown(known, func(it waitingItem) bool { return it.seq > last })
+		}
 		err = nil
 	case err != nil:
 		w.dropWaiting(func(waitingItem) bool { return true }) // open
@@ -184,19 +212,27 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	}
 	w.sizeG.Set(float64(w.size))
 	w.waitingG.Set(float64(len(w.waiting)))
-	return len(w.waiting)+w.reserved < w.size, err
+	return w.roomLocked(), err
 }
 
 // dropWaiting forgets the waiting items gone says are no longer waiting;
 // w.mu must be held.
 func (w *workWindow) dropWaiting(gone func(waitingItem) bool) {
-	w.waiting = slices.DeleteFunc(w.waiting, func(it waitingItem) bool {
+	w.dropKnown(len(w.waiting), gone)
+}
+
+// dropKnown is dropWaiting among the first n waiting items only; w.mu
+// must be held.
+func (w *workWindow) dropKnown(n int, gone func(waitingItem) bool) {
+	n = min(n, len(w.waiting))
+	kept := slices.DeleteFunc(w.waiting[:n:n], func(it waitingItem) bool {
 		if gone(it) {
 			w.bytes -= it.bytes
 			return true
 		}
 		return false
 	})
+	w.waiting = append(kept, w.waiting[n:]...)
 }
 
 // idle says the window has nothing to learn from the consumer: none of

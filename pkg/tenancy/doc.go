@@ -133,8 +133,8 @@
 // go out together in the next one (releases through ReleaseMany's
 // statement, notifying once per pair with the number of slots freed:
 // "<tenant> <dest> <n>"; dispatches of distinct pairs through
-// dispatchGroupSQL); while calls come often, the next statement's caller
-// lingers 2 ms for company first. Each call still gets its own outcome, as
+// dispatchGroupSQL); while calls come often from several callers, the
+// next statement's caller lingers up to 2 ms for company first. Each call still gets its own outcome, as
 // if alone. A statement's own cost is much of what a short one costs
 // PostgreSQL (BenchmarkReleaseCPU, BenchmarkDispatchCPU).
 //

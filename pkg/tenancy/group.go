@@ -19,11 +19,13 @@ const groupTimeout = 10 * time.Second
 // "Grouped releases and dispatches"), so under load PostgreSQL runs a
 // fraction of the statements.
 //
-// While calls come often (the last statement began less than busyGap
-// before), a leader first lingers for company, as PostgreSQL's
-// commit_delay does: up to linger, or until max calls wait. A call that
-// comes after a quiet spell runs at once, so a lone call costs what it did
-// alone.
+// While calls come often from several callers (the last statement began
+// less than busyGap before, and carried more than one call or left others
+// queued), a leader first lingers for company, as PostgreSQL's
+// commit_delay does with commit_siblings: up to linger, or until max calls
+// wait, never past a queued call's deadline. A call after a quiet spell,
+// or from a caller that calls again and again alone, runs at once, so a
+// lone call costs what it did alone.
 //
 // The queue is non-empty only while some call leads (runs a statement or
 // has been handed the lead): a leader, its statement done, hands the lead
@@ -38,6 +40,7 @@ type grouper[A, R any] struct {
 	queue   []*groupCall[A, R]
 	leading bool
 	last    time.Time     // when the last statement began
+	company bool          // the last statement carried several calls or left some queued
 	full    chan struct{} // buffered: max calls wait, a lingering leader goes
 	// statements and calls count what the group ran (Store.ReleaseStats,
 	// Store.DispatchStats).
@@ -166,6 +169,7 @@ func (g *grouper[A, R]) runNext(ctx context.Context) {
 	}
 
 	g.mu.Lock()
+	g.company = len(batch) > 1 || len(g.queue) > 0
 	if len(g.queue) > 0 {
 		g.queue[0].lead <- struct{}{}
 	} else {
@@ -179,13 +183,20 @@ func (g *grouper[A, R]) runNext(ctx context.Context) {
 func (g *grouper[A, R]) busyGap() time.Duration { return 4 * g.linger }
 
 // lingerForCompany waits up to linger for more calls to queue, while calls
-// come often and fewer than max wait.
+// come often from several callers and fewer than max wait, and not past
+// the earliest deadline of the calls queued.
 func (g *grouper[A, R]) lingerForCompany() {
 	if g.linger <= 0 {
 		return
 	}
 	g.mu.Lock()
-	wait := len(g.queue) < g.max && time.Since(g.last) < g.busyGap()
+	linger := g.linger
+	for _, c := range g.queue {
+		if !c.deadline.IsZero() {
+			linger = min(linger, time.Until(c.deadline)/2)
+		}
+	}
+	wait := len(g.queue) < g.max && g.company && time.Since(g.last) < g.busyGap() && linger > 0
 	if g.full == nil {
 		g.full = make(chan struct{}, 1)
 	}
@@ -198,7 +209,7 @@ func (g *grouper[A, R]) lingerForCompany() {
 	if !wait {
 		return
 	}
-	t := time.NewTimer(g.linger)
+	t := time.NewTimer(linger)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// countingGroup is a grouper whose statement takes no time and records
-// how many calls each carried.
-func countingGroup(max int, linger time.Duration) (*grouper[int, int], func() []int) {
+// countingGroup is a grouper whose statement takes took and records how
+// many calls each carried.
+func countingGroup(max int, linger, took time.Duration) (*grouper[int, int], func() []int) {
 	var mu sync.Mutex
 	var sizes []int
 	g := &grouper[int, int]{max: max, linger: linger, run: func(_ context.Context, args []int) []int {
+		time.Sleep(took)
 		mu.Lock()
 		sizes = append(sizes, len(args))
 		mu.Unlock()
@@ -21,54 +22,54 @@ func countingGroup(max int, linger time.Duration) (*grouper[int, int], func() []
 	return g, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), sizes...) }
 }
 
-// TestGrouperLingersWhileBusy sends calls 2 ms apart to a grouper whose
-// statements take no time: without the linger each goes out alone, with
-// it a leader waits for the next ones.
+// TestGrouperLingersWhileBusy sends calls two at a time, 2 ms apart, to a
+// grouper whose statements take 1 ms: without the linger a statement
+// carries the one or two calls that came while the one before ran, with
+// it a leader waits for several pairs.
 func TestGrouperLingersWhileBusy(t *testing.T) {
-	const calls = 40
-	g, sizes := countingGroup(64, 10*time.Millisecond)
+	const pairs = 40
+	g, sizes := countingGroup(64, 10*time.Millisecond, time.Millisecond)
 	var wg sync.WaitGroup
-	for i := range calls {
+	for i := range 2 * pairs {
 		wg.Go(func() {
 			if res, ok := g.do(t.Context(), i); !ok || res != i {
 				t.Errorf("call %d: got %d, %v", i, res, ok)
 			}
 		})
-		time.Sleep(2 * time.Millisecond)
+		if i%2 == 1 {
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
 	wg.Wait()
-	got := sizes()
-	if len(got) > calls/2 {
-		t.Fatalf("%d calls 2 ms apart went out in %d statements %v; a 10 ms linger should carry several in each", calls, len(got), got)
+	if got := sizes(); len(got) > pairs/3 {
+		t.Fatalf("%d pairs of calls 2 ms apart went out in %d statements %v; a 10 ms linger should carry several pairs in each", pairs, len(got), got)
 	}
 }
 
-// TestGrouperLoneCallRunsAtOnce: a call after a quiet spell does not wait
-// for company, however long the linger.
-func TestGrouperLoneCallRunsAtOnce(t *testing.T) {
-	g, sizes := countingGroup(64, time.Minute)
-	for i := range 3 {
-		start := time.Now()
+// TestGrouperLoneCallerRunsAtOnce: a caller that calls again as soon as
+// its call is done, with nobody else calling, never waits for company,
+// however long the linger; nor does a call after a quiet spell.
+func TestGrouperLoneCallerRunsAtOnce(t *testing.T) {
+	g, sizes := countingGroup(64, time.Minute, 0)
+	start := time.Now()
+	for i := range 20 {
 		if _, ok := g.do(t.Context(), i); !ok {
 			t.Fatal("call refused")
 		}
-		if d := time.Since(start); d > 10*time.Second {
-			t.Fatalf("call %d took %v", i, d)
-		}
-		g.mu.Lock()
-		g.last = time.Now().Add(-time.Hour) // a quiet spell
-		g.mu.Unlock()
 	}
-	if got := sizes(); len(got) != 3 {
-		t.Fatalf("statements %v, want 3 of one call", got)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("20 calls one after another took %v", d)
+	}
+	if got := sizes(); len(got) != 20 {
+		t.Fatalf("statements %v, want 20 of one call", got)
 	}
 }
 
 // TestGrouperFullGroupGoesAtOnce: a lingering leader goes as soon as max
 // calls wait, not at the end of the linger.
 func TestGrouperFullGroupGoesAtOnce(t *testing.T) {
-	g, sizes := countingGroup(4, time.Minute)
-	g.last = time.Now() // busy: the leader lingers
+	g, sizes := countingGroup(4, time.Minute, 0)
+	g.last, g.company = time.Now(), true // busy: the leader lingers
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range 4 {
@@ -80,5 +81,22 @@ func TestGrouperFullGroupGoesAtOnce(t *testing.T) {
 	}
 	if got := sizes(); len(got) != 1 || got[0] != 4 {
 		t.Fatalf("statements %v, want one of 4 calls", got)
+	}
+}
+
+// TestGrouperLingersNotPastADeadline: a leader lingers no longer than half
+// the time left to the earliest deadline of the calls queued, so their
+// statement still runs within it.
+func TestGrouperLingersNotPastADeadline(t *testing.T) {
+	g, _ := countingGroup(64, time.Minute, 0)
+	g.last, g.company = time.Now(), true
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, ok := g.do(ctx, 1); !ok {
+		t.Fatal("call refused")
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Fatalf("a call with 2 s left waited %v", d)
 	}
 }
