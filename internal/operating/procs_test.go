@@ -250,6 +250,43 @@ func postEvents(ctx context.Context, t *testing.T, addr, tenant, token, body str
 	})
 }
 
+// acmeStack is what a test of the services needs before it starts them:
+// the binaries, a NATS server of deploy/nats, acme's database, and the
+// address ingest is to listen on.
+type acmeStack struct {
+	bin        string
+	nats       *natsServer
+	dsn        string
+	pool       *pgxpool.Pool
+	token      string
+	ingestAddr string
+}
+
+func newAcmeStack(ctx context.Context, t *testing.T) *acmeStack {
+	t.Helper()
+	s := &acmeStack{bin: binaries(t), nats: startNATS(t), ingestAddr: freeAddr(t)}
+	s.dsn, s.pool, s.token = acmeDatabase(ctx, t)
+	return s
+}
+
+// start runs the binary name, connected as the NATS user of that name.
+func (s *acmeStack) start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	return start(t, filepath.Join(s.bin, name), s.nats.env(s.dsn, name), args...)
+}
+
+// startIngest runs ingest on s.ingestAddr.
+func (s *acmeStack) startIngest(t *testing.T) *proc {
+	return s.start(t, "ingest", "--listen", s.ingestAddr)
+}
+
+// postChairAndTable posts acme's p1 and p2, version 1 each.
+func (s *acmeStack) postChairAndTable(ctx context.Context, t *testing.T) {
+	t.Helper()
+	postEvents(ctx, t, s.ingestAddr, "acme", s.token, `[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}},
+		{"product_id":"p2","version":1,"op":"upsert","payload":{"name":"Table"}}]`, nil)
+}
+
 // acmeDatabase is a migrated database of its own with tenant acme: its
 // address, a pool on it (closed when the test ends) and acme's token.
 func acmeDatabase(ctx context.Context, t *testing.T) (dsn string, pool *pgxpool.Pool, token string) {

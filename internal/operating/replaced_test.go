@@ -28,29 +28,23 @@ import (
 // stream at once rather than within the default 30 s.
 func TestServerReplaced(t *testing.T) {
 	t.Parallel()
-	bin := binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	nats := startNATS(t)
-	dsn, pool, token := acmeDatabase(ctx, t)
-	env := func(user string) []string { return nats.env(dsn, user) }
-	listen := func() string { return freeAddr(t) }
-	ingestAddr := listen()
-	dispatcherArgs := []string{"--dest", "postgres", "--poll-interval", "1s", "--listen", listen()}
-	ingest := start(t, filepath.Join(bin, "ingest"), env("ingest"), "--listen", ingestAddr)
-	dispatcher := start(t, filepath.Join(bin, "dispatcher"), env("dispatcher"), dispatcherArgs...)
-	sinks := start(t, filepath.Join(bin, "sinks"), env("sinks"), "--dest", "postgres", "--listen", listen())
-	postEvents(ctx, t, ingestAddr, "acme", token, `[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}},
-		{"product_id":"p2","version":1,"op":"upsert","payload":{"name":"Table"}}]`, nil)
-	waitProduct(ctx, t, pool, "acme", "p1")
-	waitProduct(ctx, t, pool, "acme", "p2")
+	st := newAcmeStack(ctx, t)
+	dispatcherArgs := []string{"--dest", "postgres", "--poll-interval", "1s", "--listen", freeAddr(t)}
+	ingest := st.startIngest(t)
+	dispatcher := st.start(t, "dispatcher", dispatcherArgs...)
+	sinks := st.start(t, "sinks", "--dest", "postgres", "--listen", freeAddr(t))
+	st.postChairAndTable(ctx, t)
+	waitProduct(ctx, t, st.pool, "acme", "p1")
+	waitProduct(ctx, t, st.pool, "acme", "p2")
 
 	began := time.Now()
-	nats.Stop()
-	if err := os.RemoveAll(nats.store); err != nil {
+	st.nats.Stop()
+	if err := os.RemoveAll(st.nats.store); err != nil {
 		t.Fatal(err)
 	}
-	nats.Restart(t)
+	st.nats.Restart(t)
 	t.Logf("NATS server replaced: same port and users, empty store")
 
 	err, exited := dispatcher.wait(time.Minute)
@@ -58,11 +52,13 @@ func TestServerReplaced(t *testing.T) {
 		t.Fatalf("dispatcher after the replacement: exited %v (%v), want an exit saying the stream went back:\n%s", exited, err, dispatcher.out.String())
 	}
 	t.Logf("the dispatcher exited %s after the replacement", time.Since(began).Round(time.Millisecond))
-	dispatcher = start(t, filepath.Join(bin, "dispatcher"), env("dispatcher"), dispatcherArgs...)
+	dispatcher = st.start(t, "dispatcher", dispatcherArgs...)
 
-	postAccepted(ctx, t, ingestAddr, "acme", token, `[{"product_id":"p3","version":1,"op":"upsert","payload":{"name":"Lamp"}},
+	postAccepted(ctx, t, st.ingestAddr, "acme", st.token, `[{"product_id":"p3","version":1,"op":"upsert","payload":{"name":"Lamp"}},
 		{"product_id":"p1","version":2,"op":"upsert","payload":{"name":"Armchair"}}]`)
-	fairway := func(args ...string) string { return run(t, filepath.Join(bin, "fairway"), env("operator"), args...) }
+	fairway := func(args ...string) string {
+		return run(t, filepath.Join(st.bin, "fairway"), st.nats.env(st.dsn, "operator"), args...)
+	}
 	testenv.Eventually(t, 30*time.Second, "fairway status to say stream reset, 2 events waiting", func() error {
 		out := fairway("status", "--tenant", "acme", "--json")
 		var rows []struct {
@@ -82,10 +78,10 @@ func TestServerReplaced(t *testing.T) {
 	if out := fairway("cursors", "reset", "--all", "--to", "first"); !strings.Contains(out, "acme postgres: cursor 3 → 1") {
 		t.Errorf("fairway cursors reset --all --to first printed %q, want acme's cursor moved from 3 to 1", out)
 	}
-	waitProduct(ctx, t, pool, "acme", "p3")
+	waitProduct(ctx, t, st.pool, "acme", "p3")
 	testenv.Eventually(t, 30*time.Second, "p1 version 2 in PostgreSQL", func() error {
 		var v int64
-		if err := pool.QueryRow(ctx, "SELECT version FROM catalog.products WHERE tenant_id = 'acme' AND product_id = 'p1'").Scan(&v); err != nil {
+		if err := st.pool.QueryRow(ctx, "SELECT version FROM catalog.products WHERE tenant_id = 'acme' AND product_id = 'p1'").Scan(&v); err != nil {
 			return err
 		}
 		if v != 2 {

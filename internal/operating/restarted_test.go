@@ -3,7 +3,6 @@ package operating
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,22 +18,16 @@ import (
 // the restart, applies both events.
 func TestServerRestartedLosesNoWork(t *testing.T) {
 	t.Parallel()
-	bin := binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	nats := startNATS(t)
-	dsn, pool, token := acmeDatabase(ctx, t)
-	env := func(user string) []string { return nats.env(dsn, user) }
-	listen := func() string { return freeAddr(t) }
-	ingestAddr := listen()
-	ingest := start(t, filepath.Join(bin, "ingest"), env("ingest"), "--listen", ingestAddr)
-	dispatcher := start(t, filepath.Join(bin, "dispatcher"), env("dispatcher"), "--dest", "postgres", "--work-storage", "memory",
-		"--lease-ttl", "5s", "--recover-interval", "1s", "--listen", listen())
-	postEvents(ctx, t, ingestAddr, "acme", token, `[{"product_id":"p1","version":1,"op":"upsert","payload":{"name":"Chair"}},
-		{"product_id":"p2","version":1,"op":"upsert","payload":{"name":"Table"}}]`, nil)
+	st := newAcmeStack(ctx, t)
+	ingest := st.startIngest(t)
+	dispatcher := st.start(t, "dispatcher", "--dest", "postgres", "--work-storage", "memory",
+		"--lease-ttl", "5s", "--recover-interval", "1s", "--listen", freeAddr(t))
+	st.postChairAndTable(ctx, t)
 	testenv.Eventually(t, 30*time.Second, "acme's batch dispatched (no sink runs yet)", func() error {
 		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM fairway.batches WHERE tenant = 'acme'").Scan(&n); err != nil {
+		if err := st.pool.QueryRow(ctx, "SELECT count(*) FROM fairway.batches WHERE tenant = 'acme'").Scan(&n); err != nil {
 			return err
 		}
 		if n == 0 {
@@ -43,13 +36,13 @@ func TestServerRestartedLosesNoWork(t *testing.T) {
 		return nil
 	})
 
-	nats.Stop()
-	nats.Restart(t)
+	st.nats.Stop()
+	st.nats.Restart(t)
 	began := time.Now()
 	t.Logf("NATS server restarted with its store")
-	sinks := start(t, filepath.Join(bin, "sinks"), env("sinks"), "--dest", "postgres", "--listen", listen())
-	waitProduct(ctx, t, pool, "acme", "p1")
-	waitProduct(ctx, t, pool, "acme", "p2")
+	sinks := st.start(t, "sinks", "--dest", "postgres", "--listen", freeAddr(t))
+	waitProduct(ctx, t, st.pool, "acme", "p1")
+	waitProduct(ctx, t, st.pool, "acme", "p2")
 	t.Logf("both events applied %s after the restart", time.Since(began).Round(time.Millisecond))
 	if err, exited := dispatcher.wait(0); exited {
 		t.Fatalf("the dispatcher exited (%v); it should have created WORK again:\n%s", err, dispatcher.out.String())

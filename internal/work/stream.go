@@ -71,10 +71,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 	if err != nil {
 		return nil, err
 	}
-	if s, err := js.Stream(ctx, c.Name); err == nil {
-		storage = s.CachedInfo().Config.Storage
-	}
-	s, err := events.EnsureJetStream(ctx, js, jetstream.StreamConfig{
+	s, err := events.EnsureJetStreamKeeping(ctx, js, jetstream.StreamConfig{
 		Name:        c.Name,
 		Description: "fairway work items: ranges of PRODUCTS sequences per tenant and destination",
 		Subjects:    []string{SubjectPrefix + ".>"},
@@ -84,7 +81,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 		MaxAge:      c.MaxAge,
 		Duplicates:  c.Duplicates,
 		Discard:     jetstream.DiscardOld,
-	})
+	}, func(have jetstream.StreamConfig, cfg *jetstream.StreamConfig) { cfg.Storage = have.Storage })
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", c.Name, err)
 	}

@@ -138,9 +138,20 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 // consumer create takes (seen as a data race under -race when a sink
 // restarted while another created its consumer).
 func EnsureJetStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	return EnsureJetStreamKeeping(ctx, js, cfg, nil)
+}
+
+// EnsureJetStreamKeeping is EnsureJetStream where keep, unless nil, first
+// carries into cfg what an existing stream's configuration (have) is to
+// keep, such as a storage JetStream cannot change: the stream is looked up
+// once.
+func EnsureJetStreamKeeping(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, keep func(have jetstream.StreamConfig, cfg *jetstream.StreamConfig)) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, cfg.Name)
 	switch {
 	case err == nil:
+		if keep != nil {
+			keep(s.CachedInfo().Config, &cfg)
+		}
 		if sameStreamConfig(s.CachedInfo().Config, cfg) {
 			return s, nil
 		}
