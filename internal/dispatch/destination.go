@@ -95,6 +95,11 @@ type tenantState struct {
 	// since found its slot limit.
 	hold uint64
 	held bool
+	// unseeded: the start-up scan found events of the tenant and has yet
+	// to finish its probes (survey.gate): the doorbell indexes its
+	// events, a probe seeds the state, and it stays out of the rounds
+	// until every probe is done (survey.open).
+	unseeded bool
 	// backWaited: the last short grant from the backfill's part of the
 	// index was held back for it to deliver more (waitForBackfill); the
 	// next short one is not, and clears it. backNeed:
@@ -421,7 +426,7 @@ func (x *destination) bell(tenant string, p events.Priority, seq uint64, at time
 	if seq > ts.lastSeq {
 		ts.lastSeq = seq
 	}
-	if seq >= ts.cursor { // cursor 0 (unknown) counts too
+	if seq >= ts.cursor && !ts.unseeded { // cursor 0 (unknown) counts too
 		x.setBacklog(ts, x.waiting(ts))
 	}
 	x.mu.Unlock()
@@ -513,7 +518,13 @@ func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, fir
 		// another dispatcher is never granted here, and its index would
 		// grow with every event the doorbell rings.
 		x.forgetBelow(ts, next)
-		x.setBacklog(ts, int64(backlog))
+		// The doorbell may have rung events the count missed: it runs
+		// while the start-up scan probes (survey.gate), and polls.
+		if n := max(int64(backlog), int64(ts.live.count())); ts.unseeded {
+			ts.backlog = n // the rounds learn it once every probe is done (survey.open)
+		} else {
+			x.setBacklog(ts, n)
+		}
 	}
 	x.endFeed(ts)
 	x.mu.Unlock()

@@ -32,8 +32,25 @@ import (
 // answers it for at most 1,024 subjects (413 Too Many Results beyond), i.e.
 // about 500 tenants; the design is for 10,000.
 func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []int) (lastSeq uint64, wait waiting, present map[string]bool, err error) {
-	wait = waiting{}
-	start := time.Now()
+	sc, err := d.survey(ctx, stream, parts)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if wait, err = d.probeAll(ctx, sc); err != nil {
+		return 0, nil, nil, err
+	}
+	return sc.lastSeq, wait, sc.present, nil
+}
+
+// survey is a scan's first half, a few requests whatever the tenants:
+// the stream's last sequence and its tenants (stream info), their
+// destinations and the destinations' cursors (PostgreSQL). Its second
+// half, probeAll, counts each pair's backlog. At start-up, Run serves
+// the tenants that had no event up to lastSeq between the two (gate):
+// the probes take one request per pair, long with thousands of tenants.
+func (d *Dispatcher) survey(ctx context.Context, stream jetstream.Stream, parts []int) (*survey, error) {
+	sc := &survey{start: time.Now(), present: map[string]bool{}, asOf: map[*destination]uint64{},
+		states: map[string]map[string]tenancy.PairState{}}
 	filters := d.parts.filters(parts)
 	if filters == nil {
 		filters = []string{events.SubjectWildcard}
@@ -42,7 +59,6 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 		filters = []string{""} // the stream's last sequence only
 	}
 	tenants := map[string][]events.Priority{}
-	present = map[string]bool{}
 	for i, f := range filters {
 		var opts []jetstream.StreamInfoOpt
 		if f != "" {
@@ -50,75 +66,127 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 		}
 		info, err := stream.Info(ctx, opts...)
 		if err != nil {
-			return 0, nil, nil, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
+			return nil, fmt.Errorf("dispatch: scan %s: %w", d.cfg.Stream, err)
 		}
 		if i == 0 {
-			lastSeq = info.State.LastSeq
+			sc.lastSeq = info.State.LastSeq
 		}
 		for subj := range info.State.Subjects {
-			if t, _, p, ok := parseSubject(subj); ok && !present[laneKey(t, p)] {
-				present[laneKey(t, p)] = true
+			if t, _, p, ok := parseSubject(subj); ok && !sc.present[laneKey(t, p)] {
+				sc.present[laneKey(t, p)] = true
 				tenants[t] = append(tenants[t], p)
 			}
 		}
 	}
-	type probe struct {
-		x      *destination
-		tenant string
-		prio   events.Priority
-		first  bool // the pair's first probe, which seeds its replay lane too
-	}
-	var probes []probe
 	for t, ps := range tenants {
 		for _, x := range d.destsOf(ctx, t, true) {
 			for i, p := range ps {
-				probes = append(probes, probe{x, t, p, i == 0})
+				sc.probes = append(sc.probes, scanProbe{x, t, p, i == 0})
 			}
 		}
 	}
-	asOf := map[*destination]uint64{}
 	for _, x := range d.allLanes() {
-		asOf[x] = x.asOf()
+		sc.asOf[x] = x.asOf()
 	}
-	states := map[string]map[string]tenancy.PairState{}
 	for _, x := range d.allDests() {
 		ps, err := d.st.PairStates(ctx, x.name)
 		if err != nil {
-			return 0, nil, nil, fmt.Errorf("dispatch: scan: %w", err)
+			return nil, fmt.Errorf("dispatch: scan: %w", err)
 		}
 		m := make(map[string]tenancy.PairState, len(ps))
 		for _, p := range ps {
 			m[p.Tenant] = p
 		}
-		states[x.name] = m
+		sc.states[x.name] = m
 	}
-	streamFirst, err := d.checkStream(ctx, stream) // after the cursors: see tenancy.CheckStream
-	if err != nil {
-		return 0, nil, nil, err
+	var err error
+	if sc.streamFirst, err = d.checkStream(ctx, stream); err != nil { // after the cursors: see tenancy.CheckStream
+		return nil, err
 	}
+	return sc, nil
+}
+
+// survey is what a scan's first half learned, for its second (probeAll).
+type survey struct {
+	start       time.Time
+	lastSeq     uint64
+	present     map[string]bool // laneKey of the tenants' priorities with events up to lastSeq
+	probes      []scanProbe
+	asOf        map[*destination]uint64 // x.asOf before the cursors were read (seed)
+	states      map[string]map[string]tenancy.PairState
+	streamFirst uint64
+}
+
+// scanProbe is one pair's backlog to count, in one of its priorities.
+type scanProbe struct {
+	x      *destination
+	tenant string
+	prio   events.Priority
+	first  bool // the pair's first probe, which seeds its replay lane too
+}
+
+// gate keeps the tenants the survey found out of the rounds until every
+// probe is done and their backfill queued (open): the doorbell indexes
+// their new events meanwhile. A grant before then would read PRODUCTS
+// for a backlog the backfill is about to deliver, and the first tenants
+// probed would have rounds of their own before the others joined.
+func (sc *survey) gate() { sc.each(func(x *destination, ts *tenantState) { ts.unseeded = true }) }
+
+// open puts the tenants gate kept out into the rounds, with the backlog
+// their probes counted and the events the doorbell rang since.
+func (sc *survey) open() {
+	sc.each(func(x *destination, ts *tenantState) {
+		if ts.unseeded {
+			ts.unseeded = false
+			x.setBacklog(ts, max(ts.backlog, int64(ts.live.count())))
+		}
+	})
+	for _, p := range sc.probes {
+		p.x.kick()
+	}
+}
+
+// each calls f on the state of every pair and priority the survey
+// found, holding its destination's lock.
+func (sc *survey) each(f func(*destination, *tenantState)) {
+	for _, p := range sc.probes {
+		p.x.mu.Lock()
+		f(p.x, p.x.stateOf(p.tenant, p.prio))
+		p.x.mu.Unlock()
+	}
+}
+
+// probeAll is a scan's second half: one batched direct get per pair and
+// priority the survey found, ScanParallelism at a time, seeding each. It
+// returns where each partition's backfill may start.
+func (d *Dispatcher) probeAll(ctx context.Context, sc *survey) (wait waiting, err error) {
+	wait = waiting{}
 	var (
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, d.cfg.ScanParallelism)
 		mu       sync.Mutex
 		firstErr error
 	)
-	for _, p := range probes {
-		ps, known := states[p.x.name][p.tenant]
+	for _, p := range sc.probes {
+		ps, known := sc.states[p.x.name][p.tenant]
 		if !known {
 			ps = tenancy.PairState{Tenant: p.tenant, NextSeq: 1, Weight: 1}
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			if h := d.hooks.probe; h != nil {
+				h(p.tenant)
+			}
 			cursor := ps.NextFor(p.prio)
 			backlog, first, err := d.probe(ctx, p.tenant, p.prio, cursor)
 			var run denseRun
 			if err == nil {
-				d.noteBehind(p.x, p.tenant, cursor, streamFirst, backlog)
+				d.noteBehind(p.x, p.tenant, cursor, sc.streamFirst, backlog)
 				run, err = d.denseBacklog(ctx, p.tenant, p.prio, cursor, backlog, first)
 			}
 			if err == nil && p.first {
-				_, err = d.seedReplay(ctx, p.x.replays, ps, asOf[p.x.replays])
+				_, err = d.seedReplay(ctx, p.x.replays, ps, sc.asOf[p.x.replays])
 			}
 			if err != nil {
 				mu.Lock()
@@ -138,16 +206,16 @@ func (d *Dispatcher) scan(ctx context.Context, stream jetstream.Stream, parts []
 				wait.note(d.parts.layout.PartitionOf(p.tenant), laneKey(p.tenant, p.prio), first, backlog)
 				mu.Unlock()
 			}
-			p.x.seed(ps, p.prio, backlog, first, run, asOf[p.x])
+			p.x.seed(ps, p.prio, backlog, first, run, sc.asOf[p.x])
 		})
 	}
 	wg.Wait()
-	d.m.scanSecond.Observe(time.Since(start).Seconds())
+	d.m.scanSecond.Observe(time.Since(sc.start).Seconds())
 	if firstErr != nil {
-		return 0, nil, nil, fmt.Errorf("dispatch: scan: %w", firstErr)
+		return nil, fmt.Errorf("dispatch: scan: %w", firstErr)
 	}
-	d.log.Debug("backlog scan done", "tenants", len(tenants), "probes", len(probes), "took", time.Since(start))
-	return lastSeq, wait, present, nil
+	d.log.Debug("backlog scan done", "probes", len(sc.probes), "took", time.Since(sc.start))
+	return wait, nil
 }
 
 // fresh says whether the live index of a tenant state made now holds every

@@ -126,6 +126,7 @@ type hooks struct {
 	atLimit        func(scheduler.Key)                     // a grant found its slot limit; its end not yet reported
 	takeOver       func(parts []int)                       // partitions gained are about to be scanned and read
 	backfill       func(parts []int, over <-chan struct{}) // a backfill of parts started; over closes when it is
+	probe          func(tenant string)                     // a scan is about to count tenant's backlog
 }
 
 // New returns a Dispatcher. It does nothing until Run.
@@ -221,10 +222,11 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("dispatch: %w", err)
 	}
 	owned := d.ownedParts()
-	lastSeq, wait, present, err := d.scan(ctx, stream, owned)
+	sc, err := d.survey(ctx, stream, owned)
 	if err != nil {
 		return err
 	}
+	lastSeq, present, scans := sc.lastSeq, sc.present, []*survey{sc}
 	if d.parts.partitioned() {
 		// Dispatchers started together see each other once each one's
 		// first heartbeat has notified the others, often while they
@@ -242,23 +244,27 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 			}
 		}
 		if len(more) > 0 {
-			_, w, pr, err := d.scan(ctx, stream, more)
+			sc, err := d.survey(ctx, stream, more)
 			if err != nil {
 				return err
 			}
-			maps.Copy(present, pr)
-			wait.merge(w)
+			maps.Copy(present, sc.present)
+			scans = append(scans, sc)
 		}
 		owned = now
 	}
 	d.before = present
 	d.liveFrom.Store(lastSeq + 1)
-	for _, p := range owned {
-		d.parts.parts[p].live.Store(lastSeq + 1)
+	// The doorbell starts and the tenants without events up to lastSeq
+	// are served while the probes count the others' backlogs, which takes
+	// a request per pair; those wait out of the rounds until seeded.
+	for _, sc := range scans {
+		sc.gate()
 	}
 	stopReading := func() { d.stopReading(slices.Collect(maps.Keys(d.readersNow()))) }
 	defer stopReading()
-	if err := d.read(ctx, owned, lastSeq+1, wait); err != nil {
+	rds, err := d.startReaders(ctx, owned, lastSeq+1)
+	if err != nil {
 		return err
 	}
 	d.reading.Store(true)
@@ -273,6 +279,21 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 
 	var aux sync.WaitGroup
 	aux.Go(func() { d.routeReleases(ctx, releases) })
+	wait := waiting{}
+	for _, sc := range scans {
+		w, err := d.probeAll(ctx, sc)
+		if err != nil {
+			stop(nil)
+			d.loops.Wait()
+			aux.Wait()
+			return err
+		}
+		wait.merge(w)
+	}
+	d.backfill(rds, lastSeq+1, wait)
+	for _, sc := range scans {
+		sc.open()
+	}
 	aux.Go(func() { d.recoverLoop(ctx, workCtx) })
 	aux.Go(func() { d.pollLoop(ctx, stream) })
 	aux.Go(func() { d.heartbeatLoop(ctx) })

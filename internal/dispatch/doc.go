@@ -45,10 +45,12 @@
 // At start the dispatcher scans the partitions it reads (partitions.go:
 // stream info with a subjects filter for the tenants, PostgreSQL for
 // cursors and weights, one direct get per tenant and destination for the
-// exact pending count) and then follows them with an ordered consumer —
-// the doorbell — from the sequence the scan started at: one on the whole
+// exact pending count) and follows them with an ordered consumer — the
+// doorbell — from the sequence the scan started at: one on the whole
 // stream, unfiltered, when it reads every partition, else one per
-// partition. JetStream state is one ephemeral consumer per partition read
+// partition. The doorbell and the grants start before the direct gets,
+// for the tenants without events at the start; those the scan found join
+// the rounds once their counts are in (survey, gate, probeAll, open). JetStream state is one ephemeral consumer per partition read
 // (two while the backfill runs, plus one per pair it is replaying:
 // replay_feed.go), on Deps.Doorbell when set, a connection of their own.
 // The scan repeats every PollInterval as a fallback.

@@ -130,6 +130,11 @@ func (x *destination) endHold(k scheduler.Key, ts *tenantState, h uint64) {
 // (waitForBackfill) waits at most.
 const backfillWaitMax = 250 * time.Millisecond
 
+// backfillReadMax is the most events the start-up backfill has yet to
+// ring of a tenant whose grant reads them rather than wait for it
+// (waitForBackfill).
+const backfillReadMax = 16
+
 // waitForBackfill holds back a grant that would cut fewer than a batch of
 // events (cut) from the start-up backfill's part of the index while the
 // backfill is still on its way, and reports whether it did: the tenant is
@@ -141,12 +146,14 @@ const backfillWaitMax = 250 * time.Millisecond
 // backlog, one does and the next cuts whatever is there. Floods whose events interleave were otherwise cut in short
 // batches at the backfill's pace, a grant, a PostgreSQL statement and a
 // work item each. A grant the index can cut nothing for (cutOK false)
-// waits too while more of such a backlog is to be rung, instead of reading
-// PRODUCTS with a subject filter, which costs the server a scan of every
-// other tenant's events in between; a tenant with less than a batch
-// counted (few events, in few of the stream's blocks, which the server
-// skips) reads at once, so that its events do not wait for the backfill
-// to reach them.
+// waits too while the backfill has more than backfillReadMax of the
+// tenant's counted events to ring, instead of reading PRODUCTS with a
+// subject filter, which costs the server a load of every block holding
+// one of them: a flood's few hundred events interleaved with others' are
+// in every block of the backlog. That wait is the one a short grant
+// gets. A tenant with fewer to ring (events in few of the stream's
+// blocks, which the server skips) reads at once, so that its events do
+// not wait for the backfill to reach them.
 func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor uint64, cut int, cutOK bool) bool {
 	r := x.d.parts
 	if cut >= x.size || !r.backfilled(ts.part) {
@@ -163,7 +170,8 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 	if _, dense := ts.dense.at(cursor); dense && !cutOK {
 		return false // cut by arithmetic, without a read
 	}
-	if more := ts.backExpect - min(ts.backRung, ts.backExpect); more > 0 && ts.backExpect >= uint64(x.size) {
+	more := ts.backExpect - min(ts.backRung, ts.backExpect)
+	if more > 0 && ts.backExpect >= uint64(x.size) {
 		// The backfill has more of the tenant's backlog to ring: wait for
 		// a batch of it, however often, rather than cut short batches
 		// (a grant, a statement and an item each) at the backfill's pace.
@@ -173,7 +181,14 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 		return true
 	}
 	if !cutOK {
-		return false // the index knows nothing of it: read
+		if more <= backfillReadMax {
+			return false // a few events the index knows nothing of: read them
+		}
+		ts.backWaited = true
+		x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
+		x.holdBack(k, ts, backfillWaitMax)
+		ts.backNeed = int(min(more, uint64(x.size)))
+		return true
 	}
 	if ts.backWaited { // this tenant's last short grant waited: cut what is there
 		ts.backWaited = false

@@ -215,7 +215,8 @@ func (d *Dispatcher) ownedParts() []int {
 type reader struct {
 	parts  []int
 	bell   *pacedBell
-	cancel context.CancelFunc // ends its backfill
+	ctx    context.Context    // its doorbell's and its backfill's
+	cancel context.CancelFunc // ends them
 }
 
 // readGroups are the readers' groups for owned: one of every partition,
@@ -232,22 +233,32 @@ func (r *partReads) readGroups(owned []int) [][]int {
 }
 
 // read starts reading parts: a reader per group (readGroups) whose
-// doorbell delivers their events from sequence from on, and their
-// backfills from the oldest event waiting in them (wait) through from-1,
-// unless that is sparse for a partition read apart (backfillSparse). The
-// backfills queue behind those of earlier reads (backfillQueue).
+// doorbell delivers their events from sequence from on (startReaders),
+// and their backfills from the oldest event waiting in them (wait)
+// through from-1 (backfill).
 func (d *Dispatcher) read(ctx context.Context, parts []int, from uint64, wait waiting) error {
-	var turns []backfillTurn
+	rds, err := d.startReaders(ctx, parts, from)
+	if err != nil {
+		return err
+	}
+	d.backfill(rds, from, wait)
+	return nil
+}
+
+// startReaders starts a reader per group of parts (readGroups), its
+// doorbell delivering their events from sequence from on.
+func (d *Dispatcher) startReaders(ctx context.Context, parts []int, from uint64) ([]*reader, error) {
+	var rds []*reader
 	for _, g := range d.parts.readGroups(parts) {
 		rctx, cancel := context.WithCancel(ctx)
-		rd := &reader{parts: g, cancel: cancel}
+		rd := &reader{parts: g, ctx: rctx, cancel: cancel}
 		for _, p := range g {
 			d.parts.parts[p].live.Store(from)
 		}
 		bell, _, err := d.startDoorbell(rctx, from, 0, g)
 		if err != nil {
 			cancel()
-			return err
+			return nil, err
 		}
 		rd.bell = bell.(*pacedBell)
 		d.readersMu.Lock()
@@ -255,15 +266,27 @@ func (d *Dispatcher) read(ctx context.Context, parts []int, from uint64, wait wa
 			d.readers[p] = rd
 		}
 		d.readersMu.Unlock()
-		oldest, backlog := wait.of(g)
+		rds = append(rds, rd)
+	}
+	return rds, nil
+}
+
+// backfill queues the backfills of the readers' partitions, whose
+// doorbells deliver from sequence from on: from the oldest event waiting
+// in them (wait) through from-1, unless that is sparse for a partition
+// read apart (backfillSparse). They queue behind those of earlier reads
+// (backfillQueue).
+func (d *Dispatcher) backfill(rds []*reader, from uint64, wait waiting) {
+	var turns []backfillTurn
+	for _, rd := range rds {
+		oldest, backlog := wait.of(rd.parts)
 		start := d.backfillFrom(from-1, oldest)
-		if d.parts.filters(g) != nil && start < from && backlog*backfillSparse < from-start {
+		if d.parts.filters(rd.parts) != nil && start < from && backlog*backfillSparse < from-start {
 			start = from // sparse: its tenants' grants read their backlog
 		}
-		turns = append(turns, backfillTurn{ctx: rctx, from: start, until: from - 1, parts: g})
+		turns = append(turns, backfillTurn{ctx: rd.ctx, from: start, until: from - 1, parts: rd.parts})
 	}
 	d.backfills.add(d, turns)
-	return nil
 }
 
 // backfillTurn is a backfill waiting for its turn: of parts, from sequence

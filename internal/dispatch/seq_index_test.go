@@ -284,7 +284,13 @@ func testMetrics(t *testing.T) *metrics {
 
 func grantingDestination(t *testing.T) (*Dispatcher, *destination, *scheduler.Scheduler) {
 	t.Helper()
-	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: 10, GrantBatches: 4}).WithDefaults()
+	return grantingDestinationOf(t, 10)
+}
+
+// grantingDestinationOf is grantingDestination with batches of batch.
+func grantingDestinationOf(t *testing.T, batch int) (*Dispatcher, *destination, *scheduler.Scheduler) {
+	t.Helper()
+	cfg := (&Config{Dests: []string{"postgres"}, BatchSize: batch, GrantBatches: 4}).WithDefaults()
 	d := &Dispatcher{cfg: cfg, parts: newPartReads(events.Layout{}), m: testMetrics(t)}
 	sc := scheduler.Config{Quantum: cfg.quantum("postgres"), MaxBatch: cfg.BatchSize * cfg.GrantBatches, LoneRounds: cfg.GrantBatches}
 	sched, err := scheduler.New(sc)
@@ -504,6 +510,33 @@ func TestWaitForBackfill(t *testing.T) {
 	x.seed(tenancy.PairState{Tenant: "tiny", NextSeq: 1, Weight: 1}, events.PriorityNormal, 3, 900, denseRun{}, x.asOf())
 	if x.waitForBackfill(x.key("tiny"), x.state("tiny"), 1, 0, false) {
 		t.Fatal("a tenant with 3 events counted held back for the backfill")
+	}
+}
+
+// A flood of less than a batch whose events interleave with others' (in
+// every block of the backlog) waits for the start-up backfill while it
+// has rung none of them, however often it is granted, rather than read
+// PRODUCTS with a subject filter, which costs the server a load of every
+// block; once some have been rung, its next grant cuts them. A tenant
+// with no more than backfillReadMax still to ring reads at once.
+func TestFloodWaitsForBackfill(t *testing.T) {
+	t.Parallel()
+	d, x, _ := grantingDestinationOf(t, 500)
+	d.readsFrom(1, 100_001)
+	x.seed(tenancy.PairState{Tenant: "flood", NextSeq: 1, Weight: 1}, events.PriorityNormal, 200, 7, denseRun{}, x.asOf())
+	k, ts := x.key("flood"), x.state("flood")
+	for i := range 2 {
+		if !x.waitForBackfill(k, ts, 1, 0, false) {
+			t.Fatalf("grant %d of a flood of 200 counted, none rung: read instead of held back", i+1)
+		}
+	}
+	x.bell("flood", events.PriorityNormal, 7, time.Unix(1_764_000_000, 0), nil, true)
+	if x.waitForBackfill(k, ts, 1, 1, true) {
+		t.Fatal("a flood's grant after its wait, with some of it rung: held back again instead of cut")
+	}
+	x.seed(tenancy.PairState{Tenant: "few", NextSeq: 1, Weight: 1}, events.PriorityNormal, backfillReadMax, 9, denseRun{}, x.asOf())
+	if x.waitForBackfill(x.key("few"), x.state("few"), 1, 0, false) {
+		t.Fatalf("a tenant with %d events counted held back for the backfill", backfillReadMax)
 	}
 }
 
