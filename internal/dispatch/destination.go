@@ -95,10 +95,12 @@ type tenantState struct {
 	// since found its slot limit.
 	hold uint64
 	held bool
-	// unseeded: the start-up scan found events of the tenant and has yet
-	// to finish its probes (survey.gate): the doorbell indexes its
-	// events, a probe seeds the state, and it stays out of the rounds
-	// until every probe is done (survey.open).
+	// unseeded: the start-up scan found events of the tenant of this
+	// priority and has yet to finish its probes (survey.gate): the
+	// doorbell indexes its events, a probe seeds the state, and its
+	// backlog stays out of the rounds until every probe is done
+	// (survey.open). The tenant's other priorities, and its replay lane,
+	// are served meanwhile.
 	unseeded bool
 	// backWaited: the last short grant from the backfill's part of the
 	// index was held back for it to deliver more (waitForBackfill); the
@@ -267,17 +269,19 @@ func (x *destination) setBacklogPlus(ts *tenantState, n, plus int64) {
 	ts.backlog = n
 	total := plus
 	for _, s := range x.lanesOf(ts.tenant) {
-		total += s.backlog
+		if !s.unseeded { // in the rounds once its scan is over (survey.open)
+			total += s.backlog
+		}
 	}
 	x.sched.SetBacklog(x.key(ts.tenant), total, ts.weight)
 }
 
 // pick returns the state a grant of tenant serves: its events of the
 // highest priority with a backlog, high before normal before bulk (the
-// normal one when none has). x.mu must be held.
+// normal one when none has), of those in the rounds. x.mu must be held.
 func (x *destination) pick(tenant string) *tenantState {
 	for _, ts := range x.lanesOf(tenant) {
-		if ts.backlog > 0 {
+		if ts.backlog > 0 && !ts.unseeded {
 			return ts
 		}
 	}

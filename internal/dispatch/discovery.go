@@ -125,11 +125,12 @@ type scanProbe struct {
 	first  bool // the pair's first probe, which seeds its replay lane too
 }
 
-// gate keeps the tenants the survey found out of the rounds until every
-// probe is done and their backfill queued (open): the doorbell indexes
-// their new events meanwhile. A grant before then would read PRODUCTS
-// for a backlog the backfill is about to deliver, and the first tenants
-// probed would have rounds of their own before the others joined.
+// gate keeps the backlogs the survey found (a tenant's events of one
+// priority) out of the rounds until every probe is done and the backfill
+// queued (open): the doorbell indexes their new events meanwhile. A grant
+// before then would read PRODUCTS for a backlog the backfill is about to
+// deliver, and the first tenants probed would have rounds of their own
+// before the others joined.
 func (sc *survey) gate() { sc.each(func(x *destination, ts *tenantState) { ts.unseeded = true }) }
 
 // open puts the tenants gate kept out into the rounds, with the backlog

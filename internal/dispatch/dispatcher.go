@@ -257,7 +257,8 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	d.liveFrom.Store(lastSeq + 1)
 	// The doorbell starts and the tenants without events up to lastSeq
 	// are served while the probes count the others' backlogs, which takes
-	// a request per pair; those wait out of the rounds until seeded.
+	// a request per pair; those wait out of the rounds until every count
+	// is in (survey.gate, survey.open).
 	for _, sc := range scans {
 		sc.gate()
 	}
@@ -278,14 +279,21 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	d.mu.Unlock()
 
 	var aux sync.WaitGroup
-	aux.Go(func() { d.routeReleases(ctx, releases) })
+	shutdown := func() {
+		stopReading()
+		grace := time.AfterFunc(d.cfg.ShutdownGrace, cancelWork)
+		defer grace.Stop()
+		d.loops.Wait()
+		d.feeds.Wait() // their context ended with ctx; no loop starts one now
+		aux.Wait()
+		d.reloads.Wait()
+	}
 	wait := waiting{}
 	for _, sc := range scans {
 		w, err := d.probeAll(ctx, sc)
 		if err != nil {
 			stop(nil)
-			d.loops.Wait()
-			aux.Wait()
+			shutdown()
 			return err
 		}
 		wait.merge(w)
@@ -294,6 +302,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	for _, sc := range scans {
 		sc.open()
 	}
+	aux.Go(func() { d.routeReleases(ctx, releases) })
 	aux.Go(func() { d.recoverLoop(ctx, workCtx) })
 	aux.Go(func() { d.pollLoop(ctx, stream) })
 	aux.Go(func() { d.heartbeatLoop(ctx) })
@@ -304,13 +313,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	d.log.Info("dispatcher running", "holder", d.cfg.Holder, "dests", d.destNames(), "from_seq", lastSeq+1, "partitions", layout.Count(), "owned", owned)
 
 	<-ctx.Done()
-	stopReading()
-	grace := time.AfterFunc(d.cfg.ShutdownGrace, cancelWork)
-	defer grace.Stop()
-	d.loops.Wait()
-	d.feeds.Wait() // their context ended with ctx; no loop starts one now
-	aux.Wait()
-	d.reloads.Wait()
+	shutdown()
 	d.log.Info("dispatcher stopped", "holder", d.cfg.Holder)
 	if err := context.Cause(ctx); errors.Is(err, ErrStreamMovedBack) {
 		return err

@@ -50,9 +50,10 @@
 // stream, unfiltered, when it reads every partition, else one per
 // partition. The doorbell and the grants start before the direct gets,
 // for the tenants without events at the start; those the scan found join
-// the rounds once their counts are in (survey, gate, probeAll, open). JetStream state is one ephemeral consumer per partition read
-// (two while the backfill runs, plus one per pair it is replaying:
-// replay_feed.go), on Deps.Doorbell when set, a connection of their own.
+// the rounds once their counts are in (survey, gate, probeAll, open).
+// JetStream state is one ephemeral consumer per partition read (two while
+// the backfill runs, plus one per pair it is replaying: replay_feed.go),
+// on Deps.Doorbell when set, a connection of their own.
 // The scan repeats every PollInterval as a fallback.
 //
 // # Cutting batches without reading the stream

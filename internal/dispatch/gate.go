@@ -161,7 +161,9 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if cursor = ts.pastGap(cursor); cursor >= r.liveFrom(ts.part) || cursor < r.backFrom(ts.part) {
+	// A state made after the backfill passed the cursor (back.floor) has
+	// nothing of it to come from the backfill.
+	if cursor = ts.pastGap(cursor); cursor >= r.liveFrom(ts.part) || cursor < max(r.backFrom(ts.part), ts.back.floor) {
 		return false
 	}
 	if ts.fresh {
@@ -170,7 +172,10 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 	if _, dense := ts.dense.at(cursor); dense && !cutOK {
 		return false // cut by arithmetic, without a read
 	}
-	more := ts.backExpect - min(ts.backRung, ts.backExpect)
+	// What the backfill has yet to ring of the backlog the scan counted:
+	// the count runs to the stream's end when the probe was made, so the
+	// doorbell rang the events stored after its start.
+	more := ts.backExpect - min(ts.backRung+uint64(ts.live.count()), ts.backExpect)
 	if more > 0 && ts.backExpect >= uint64(x.size) {
 		// The backfill has more of the tenant's backlog to ring: wait for
 		// a batch of it, however often, rather than cut short batches

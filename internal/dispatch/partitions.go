@@ -32,8 +32,9 @@ import (
 // (readLoop) starts and stops the readers, one move at a time, so a
 // takeover overtaken by the next move never leaves a partition read by a
 // dispatcher that no longer owns it. Until that backfill has delivered a
-// tenant's events, a tenant with less than a batch waiting reads them
-// from PRODUCTS, which is always right, and the others wait for it.
+// tenant's events, a tenant with no more than a few still to come
+// (backfillReadMax) reads them from PRODUCTS, which is always right, and
+// the others wait for it.
 // While two dispatchers' views differ both may grant a pair; the cursor
 // check in tenancy.DispatchMany decides.
 

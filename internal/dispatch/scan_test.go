@@ -6,49 +6,66 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/pkg/events"
 )
 
 // While the start-up scan counts the backlogs of the tenants the stream
 // holds (a request per pair, long with thousands of tenants), a tenant
-// with no event in the stream yet is served: its new event goes out while
-// the probes still run, and the probed tenant's backlog once its probe
-// has seeded it, each event exactly once.
+// with no event in the stream yet is served, and so are new events of a
+// priority the stream held none of: they go out while the probes still
+// run. The backlogs counted wait until every probe is done, then go out
+// too, each event exactly once.
 func TestNewTenantServedWhileScanProbes(t *testing.T) {
 	t.Parallel()
 	e := setup(t, time.Minute)
-	e.tenant("old", 1, 10, pg)
-	e.tenant("new", 1, 10, pg)
-	seqs := map[string][]uint64{"old": e.publish("old", 3)}
+	for _, id := range []string{"old", "slow", "new"} {
+		e.tenant(id, 1, 10, pg)
+	}
+	seqs := map[string][]uint64{"old": e.publish("old", 3), "slow": e.publish("slow", 1)}
 	probing, release := make(chan struct{}), make(chan struct{})
 	var blockOnce, releaseOnce sync.Once
+	oldProbed := make(chan struct{})
+	var oldOnce sync.Once
 	e.start(&dispatch.Config{Dests: []string{pg}}, func(d *dispatch.Dispatcher) {
 		d.SetProbe(func(tenant string) {
-			if tenant == "old" {
+			switch tenant {
+			case "slow":
 				blockOnce.Do(func() { close(probing); <-release })
+			case "old":
+				oldOnce.Do(func() { close(oldProbed) })
 			}
 		})
 	})
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before the dispatcher stops
-	select {
-	case <-probing:
-	case <-e.ctx.Done():
-		t.Fatal("the start-up scan never probed old's backlog")
+	for _, ch := range []chan struct{}{probing, oldProbed} {
+		select {
+		case <-ch:
+		case <-e.ctx.Done():
+			t.Fatal("the start-up scan never probed the stream's tenants")
+		}
 	}
 	seqs["new"] = e.publish("new", 1)
-	tenantsInWork := func() map[string]int {
-		n := map[string]int{}
+	seqs["old"] = append(seqs["old"], e.publishOf("old", events.PriorityHigh, 1)...)
+	inWork := func() map[string]int { // events by tenant and priority
+		got := map[string]int{}
 		if last := e.workLastSeq(); last > 0 {
 			for _, it := range e.workItems(1, last) {
-				n[it.Tenant] += it.Count
+				got[it.Tenant+"/"+string(it.Priority.Or())] += it.Count
 			}
 		}
-		return n
+		return got
 	}
-	e.waitFor("new's event dispatched while old's probe runs", func() bool { return tenantsInWork()["new"] == 1 })
-	if got := tenantsInWork()["old"]; got != 0 {
-		t.Fatalf("old dispatched %d events before its probe seeded it", got)
+	e.waitFor("new's event and old's high one dispatched while slow's probe runs", func() bool {
+		got := inWork()
+		return got["new/normal"] == 1 && got["old/high"] == 1
+	})
+	if got := inWork(); got["old/normal"] != 0 || got["slow/normal"] != 0 {
+		t.Fatalf("counted backlogs dispatched while the scan probes: %v", got)
 	}
 	releaseOnce.Do(func() { close(release) })
-	e.waitFor("old's backlog dispatched", func() bool { return tenantsInWork()["old"] == 3 })
+	e.waitFor("the counted backlogs dispatched", func() bool {
+		got := inWork()
+		return got["old/normal"] == 3 && got["slow/normal"] == 1
+	})
 	checkExactlyOnce(t, e.workItems(1, e.workLastSeq()), seqs, false)
 }

@@ -505,8 +505,8 @@ func TestWaitForBackfill(t *testing.T) {
 	if got := testutil.ToFloat64(m.backfillWaits.WithLabelValues("postgres")); got != 4 {
 		t.Fatalf("backfill_waits_total %v, want 4", got)
 	}
-	// A tenant with less than a batch counted is read at once, however far
-	// the backfill still is from its events.
+	// A tenant with only a few counted is read at once, however far the
+	// backfill still is from its events.
 	x.seed(tenancy.PairState{Tenant: "tiny", NextSeq: 1, Weight: 1}, events.PriorityNormal, 3, 900, denseRun{}, x.asOf())
 	if x.waitForBackfill(x.key("tiny"), x.state("tiny"), 1, 0, false) {
 		t.Fatal("a tenant with 3 events counted held back for the backfill")
@@ -518,7 +518,10 @@ func TestWaitForBackfill(t *testing.T) {
 // has rung none of them, however often it is granted, rather than read
 // PRODUCTS with a subject filter, which costs the server a load of every
 // block; once some have been rung, its next grant cuts them. A tenant
-// with no more than backfillReadMax still to ring reads at once.
+// with no more than backfillReadMax still to come from the backfill reads
+// at once: few counted, or most of its count rung by the doorbell (the
+// count runs to the stream's end), or a state made after the backfill
+// passed its cursor, to which the backfill brings nothing.
 func TestFloodWaitsForBackfill(t *testing.T) {
 	t.Parallel()
 	d, x, _ := grantingDestinationOf(t, 500)
@@ -534,9 +537,26 @@ func TestFloodWaitsForBackfill(t *testing.T) {
 	if x.waitForBackfill(k, ts, 1, 1, true) {
 		t.Fatal("a flood's grant after its wait, with some of it rung: held back again instead of cut")
 	}
-	x.seed(tenancy.PairState{Tenant: "few", NextSeq: 1, Weight: 1}, events.PriorityNormal, backfillReadMax, 9, denseRun{}, x.asOf())
-	if x.waitForBackfill(x.key("few"), x.state("few"), 1, 0, false) {
+	seed := func(tenant string, backlog, first uint64) (scheduler.Key, *tenantState) {
+		x.seed(tenancy.PairState{Tenant: tenant, NextSeq: 1, Weight: 1}, events.PriorityNormal, backlog, first, denseRun{}, x.asOf())
+		return x.key(tenant), x.state(tenant)
+	}
+	if k, ts := seed("few", backfillReadMax, 9); x.waitForBackfill(k, ts, 1, 0, false) {
 		t.Fatalf("a tenant with %d events counted held back for the backfill", backfillReadMax)
+	}
+	if k, ts := seed("more", backfillReadMax+1, 9); !x.waitForBackfill(k, ts, 1, 0, false) {
+		t.Fatalf("a tenant with %d events counted, none rung: read instead of held back", backfillReadMax+1)
+	}
+	k, ts = seed("mixed", 30, 11)
+	for seq := uint64(100_001); seq <= 100_020; seq++ { // the doorbell rings 20 of the 30
+		x.bell("mixed", events.PriorityNormal, seq, time.Unix(1_764_000_000, 0), nil, false)
+	}
+	if x.waitForBackfill(k, ts, 1, 0, false) {
+		t.Fatal("a tenant with 30 counted of which the doorbell rang 20: held back for the backfill")
+	}
+	d.parts.parts[0].backSeq.Store(50_000) // the backfill is past 50,000
+	if k, ts := seed("late", 200, 13); x.waitForBackfill(k, ts, 1, 0, false) {
+		t.Fatal("a state made after the backfill passed its cursor: held back for the backfill")
 	}
 }
 
