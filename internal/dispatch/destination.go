@@ -115,6 +115,10 @@ type tenantState struct {
 	// short grant waits for a batch of them (waitForBackfill).
 	backFirst            uint64
 	backExpect, backRung uint64
+	// backLive is how many of the backlog counted the doorbell had rung
+	// when the count was seeded (it runs to the stream's end): the
+	// backfill does not ring those.
+	backLive uint64
 	// bodyWaited, bodyNeed: as backWaited and backNeed, for a grant held
 	// back for the refill to bring its bodies (carried).
 	bodyWaited bool
@@ -513,7 +517,7 @@ func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, fir
 		ts.gap.from, ts.gap.to = next, first
 	}
 	if !x.replay && !x.d.parts.backDone(ts.part) && ts.backExpect == 0 && first > 0 {
-		ts.backFirst, ts.backExpect = first, backlog
+		ts.backFirst, ts.backExpect, ts.backLive = first, backlog, uint64(ts.live.count())
 	}
 	granted := ts.granted || ts.setAt > asOf
 	if !granted {

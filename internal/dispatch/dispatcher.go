@@ -288,6 +288,11 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 		aux.Wait()
 		d.reloads.Wait()
 	}
+	// Slot releases free the tenants served during the probes; a reload
+	// of a pair waits for the probes (opened), whose seeds were read
+	// before it and would overwrite it.
+	opened := make(chan struct{})
+	aux.Go(func() { d.routeReleases(ctx, releases, opened) })
 	wait := waiting{}
 	for _, sc := range scans {
 		w, err := d.probeAll(ctx, sc)
@@ -302,7 +307,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	for _, sc := range scans {
 		sc.open()
 	}
-	aux.Go(func() { d.routeReleases(ctx, releases) })
+	close(opened)
 	aux.Go(func() { d.recoverLoop(ctx, workCtx) })
 	aux.Go(func() { d.pollLoop(ctx, stream) })
 	aux.Go(func() { d.heartbeatLoop(ctx) })
@@ -435,7 +440,7 @@ func (d *Dispatcher) destsOf(ctx context.Context, tenant string, refresh bool) [
 }
 
 // routeReleases turns slot releases into wake-ups of the blocked tenant.
-func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Released) {
+func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Released, opened <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -459,12 +464,20 @@ func (d *Dispatcher) routeReleases(ctx context.Context, ch <-chan tenancy.Releas
 			}
 			if r.Partner != "" {
 				d.m.wakeups.WithLabelValues("partner").Inc()
-				d.reloads.Go(func() { d.partnerChanged(ctx, r) })
+				d.reloads.Go(func() {
+					if waitOpen(ctx, opened) {
+						d.partnerChanged(ctx, r)
+					}
+				})
 				continue
 			}
 			if r.Cursor || r.Weight {
 				d.m.wakeups.WithLabelValues(map[bool]string{true: "cursor", false: "weight"}[r.Cursor]).Inc()
-				d.reloads.Go(func() { d.reloadPair(ctx, r.Tenant, r.Dest) })
+				d.reloads.Go(func() {
+					if waitOpen(ctx, opened) {
+						d.reloadPair(ctx, r.Tenant, r.Dest)
+					}
+				})
 				continue
 			}
 			d.mu.Lock()
@@ -585,4 +598,15 @@ func parseSubject(subject string) (tenant string, op events.Op, p events.Priorit
 		op = ""
 	}
 	return tenant, op, p, true
+}
+
+// waitOpen waits until opened is closed (the start-up scan's backlogs are
+// in the rounds) and says whether it was, not ctx's end first.
+func waitOpen(ctx context.Context, opened <-chan struct{}) bool {
+	select {
+	case <-opened:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

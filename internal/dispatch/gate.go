@@ -172,10 +172,9 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 	if _, dense := ts.dense.at(cursor); dense && !cutOK {
 		return false // cut by arithmetic, without a read
 	}
-	// What the backfill has yet to ring of the backlog the scan counted:
-	// the count runs to the stream's end when the probe was made, so the
-	// doorbell rang the events stored after its start.
-	more := ts.backExpect - min(ts.backRung+uint64(ts.live.count()), ts.backExpect)
+	// What the backfill has yet to ring of the backlog the scan counted,
+	// less what the doorbell had rung of it (backLive).
+	more := ts.backExpect - min(ts.backRung+ts.backLive, ts.backExpect)
 	if more > 0 && ts.backExpect >= uint64(x.size) {
 		// The backfill has more of the tenant's backlog to ring: wait for
 		// a batch of it, however often, rather than cut short batches

@@ -519,9 +519,10 @@ func TestWaitForBackfill(t *testing.T) {
 // PRODUCTS with a subject filter, which costs the server a load of every
 // block; once some have been rung, its next grant cuts them. A tenant
 // with no more than backfillReadMax still to come from the backfill reads
-// at once: few counted, or most of its count rung by the doorbell (the
-// count runs to the stream's end), or a state made after the backfill
-// passed its cursor, to which the backfill brings nothing.
+// at once: few counted, or most of its count rung by the doorbell when
+// it was counted (the count runs to the stream's end; events stored
+// since do not count), or a state made after the backfill passed its
+// cursor, to which the backfill brings nothing.
 func TestFloodWaitsForBackfill(t *testing.T) {
 	t.Parallel()
 	d, x, _ := grantingDestinationOf(t, 500)
@@ -547,12 +548,19 @@ func TestFloodWaitsForBackfill(t *testing.T) {
 	if k, ts := seed("more", backfillReadMax+1, 9); !x.waitForBackfill(k, ts, 1, 0, false) {
 		t.Fatalf("a tenant with %d events counted, none rung: read instead of held back", backfillReadMax+1)
 	}
-	k, ts = seed("mixed", 30, 11)
-	for seq := uint64(100_001); seq <= 100_020; seq++ { // the doorbell rings 20 of the 30
-		x.bell("mixed", events.PriorityNormal, seq, time.Unix(1_764_000_000, 0), nil, false)
+	ring := func(tenant string, from, to uint64) { // the doorbell's live events
+		for seq := from; seq <= to; seq++ {
+			x.bell(tenant, events.PriorityNormal, seq, time.Unix(1_764_000_000, 0), nil, false)
+		}
 	}
-	if x.waitForBackfill(k, ts, 1, 0, false) {
-		t.Fatal("a tenant with 30 counted of which the doorbell rang 20: held back for the backfill")
+	ring("mixed", 100_001, 100_020) // stored before the count: 20 of the 30 counted
+	if k, ts := seed("mixed", 30, 11); x.waitForBackfill(k, ts, 1, 0, false) {
+		t.Fatal("a tenant with 30 counted of which the doorbell had rung 20: held back for the backfill")
+	}
+	k, ts = seed("busy", 200, 15)
+	ring("busy", 100_021, 100_320) // stored after the count: none of the 200 counted
+	if !x.waitForBackfill(k, ts, 1, 0, false) {
+		t.Fatal("a flood of 200 counted, none rung by the backfill, 300 stored since: read instead of held back")
 	}
 	d.parts.parts[0].backSeq.Store(50_000) // the backfill is past 50,000
 	if k, ts := seed("late", 200, 13); x.waitForBackfill(k, ts, 1, 0, false) {
