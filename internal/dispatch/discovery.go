@@ -136,14 +136,16 @@ func (sc *survey) gate() { sc.each(func(x *destination, ts *tenantState) { ts.un
 // open puts the tenants gate kept out into the rounds, with the backlog
 // their probes counted and the events the doorbell rang since.
 func (sc *survey) open() {
+	opened := map[*destination]bool{}
 	sc.each(func(x *destination, ts *tenantState) {
 		if ts.unseeded {
 			ts.unseeded = false
 			x.setBacklog(ts, max(ts.backlog, int64(ts.live.count())))
+			opened[x] = true
 		}
 	})
-	for _, p := range sc.probes {
-		p.x.kick()
+	for x := range opened {
+		x.kick()
 	}
 }
 

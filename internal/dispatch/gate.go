@@ -179,29 +179,30 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 		// The backfill has more of the tenant's backlog to ring: wait for
 		// a batch of it, however often, rather than cut short batches
 		// (a grant, a statement and an item each) at the backfill's pace.
-		x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
-		x.holdBack(k, ts, backfillWaitMax)
-		ts.backNeed = min(x.size-cut, int(min(more, uint64(x.size))))
-		return true
+		return x.holdForBackfill(k, ts, min(x.size-cut, int(min(more, uint64(x.size)))))
 	}
 	if !cutOK {
 		if more <= backfillReadMax {
 			return false // a few events the index knows nothing of: read them
 		}
 		ts.backWaited = true
-		x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
-		x.holdBack(k, ts, backfillWaitMax)
-		ts.backNeed = int(min(more, uint64(x.size)))
-		return true
+		return x.holdForBackfill(k, ts, int(min(more, uint64(x.size))))
 	}
 	if ts.backWaited { // this tenant's last short grant waited: cut what is there
 		ts.backWaited = false
 		return false
 	}
 	ts.backWaited = true
+	return x.holdForBackfill(k, ts, x.size-cut)
+}
+
+// holdForBackfill holds ts back (holdBack) until the backfill has rung
+// need more of its events (bell counts backNeed down), for
+// backfillWaitMax at most, and reports true; x.mu must be held.
+func (x *destination) holdForBackfill(k scheduler.Key, ts *tenantState, need int) bool {
 	x.d.m.backfillWaits.WithLabelValues(x.name).Inc()
 	x.holdBack(k, ts, backfillWaitMax)
-	ts.backNeed = x.size - cut // bell ends the hold once it counted these down
+	ts.backNeed = need
 	return true
 }
 
