@@ -134,7 +134,10 @@ type tenantState struct {
 	// a cursor below liveFrom (1, for a tenant new to the destination)
 	// cuts from live without reading PRODUCTS.
 	fresh bool
-	back  seqIndex // sequences the backfill delivered (its partition's partRead.backFrom up to live-1)
+	// sighted: queued for firstSight to load its cursor, weight and
+	// rate; closed once it has.
+	sighted <-chan struct{}
+	back    seqIndex // sequences the backfill delivered (its partition's partRead.backFrom up to live-1)
 
 	// In a replay lane, the replay ends before replayUntil
 	// (tenancy.PairState) and runs at replayRate events/s (0:
@@ -429,6 +432,9 @@ func (x *destination) bell(tenant string, p events.Priority, seq uint64, at time
 		}
 	} else {
 		ts.live.addBody(seq, at, body, indexMaxRuns)
+	}
+	if ts.cursor == 0 && ts.sighted == nil && !ts.unseeded && !x.replay && x.d.sight != nil {
+		ts.sighted = x.d.sight.add(x, ts)
 	}
 	ts.bells++
 	if seq > ts.lastSeq {

@@ -106,6 +106,9 @@ type Dispatcher struct {
 	backfills backfillQueue
 	// resets: cursors that do not fit the stream (stream_reset.go).
 	resets streamResets
+	// sight loads the pairs of the states the doorbell creates
+	// (first_sight.go).
+	sight *firstSight
 
 	// bodies bounds the event bodies the index holds for work items to
 	// carry (carried_body.go); itemBytes is the most body bytes one item
@@ -169,6 +172,7 @@ func New(deps Deps, cfg *Config) (*Dispatcher, error) {
 		recoverKick: make(chan struct{}, 1),
 		beatKick:    make(chan struct{}, 1),
 		readKick:    make(chan struct{}, 1),
+		sight:       newFirstSight(),
 		bodies:      newBodyBudget(c.BodyBudget),
 		parts:       newPartReads(events.Layout{}), // Run asks the stream
 		readers:     map[int]*reader{},
@@ -293,6 +297,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	// before it and would overwrite it.
 	opened := make(chan struct{})
 	aux.Go(func() { d.routeReleases(ctx, releases, opened) })
+	aux.Go(func() { d.sightLoop(ctx) })
 	wait := waiting{}
 	for _, sc := range scans {
 		w, err := d.probeAll(ctx, sc)

@@ -105,6 +105,13 @@ func TestWeightedShares(t *testing.T) {
 // window is long enough for that to even out.
 func TestWeightedSharesInterleaved(t *testing.T) {
 	t.Parallel()
+	weightedInterleaved(t, false)
+}
+
+// weightedInterleaved is TestWeightedSharesInterleaved, with the backlogs
+// published before the dispatcher starts or, live, after it started
+// (TestNewTenantsWeighted).
+func weightedInterleaved(t *testing.T, live bool) {
 	const (
 		perGroup = 10
 		backlog  = 1000 // events per tenant
@@ -125,9 +132,28 @@ func TestWeightedSharesInterleaved(t *testing.T) {
 	for i := range runs {
 		runs[i] = 1
 	}
-	seqs := e.interleave(backlog, tenants, runs...)
-	s := e.startSink(pg, 2, nil, func() time.Duration { return 2 * time.Millisecond })
-	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour}, nil)
+	cfg := &dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour}
+	var (
+		seqs map[string][]uint64
+		s    *sink
+		d    *dispatch.Dispatcher
+	)
+	if live {
+		// No sink until every backlog is rung: one item at most goes out
+		// before it (WorkWithoutSink), and the shares are those of tenants
+		// all backlogged.
+		cfg.WorkWithoutSink = 1
+		var rung atomic.Int64
+		d = e.start(cfg, func(d *dispatch.Dispatcher) { d.SetOnBell(func(string, uint64) { rung.Add(1) }) })
+		e.waitFor("the dispatcher running", d.Running)
+		seqs = e.interleave(backlog, tenants, runs...)
+		e.waitFor("every backlog rung", func() bool { return rung.Load() == int64(len(tenants)*backlog) })
+		s = e.startSink(pg, 2, nil, func() time.Duration { return 2 * time.Millisecond })
+	} else {
+		seqs = e.interleave(backlog, tenants, runs...)
+		s = e.startSink(pg, 2, nil, func() time.Duration { return 2 * time.Millisecond })
+		d = e.start(cfg, nil)
+	}
 
 	// The weight-4 tenants run out first, when about backlog*70/4 events
 	// are applied: compare the shares of the applied events until 80% of
@@ -137,23 +163,7 @@ func TestWeightedSharesInterleaved(t *testing.T) {
 		total += w
 	}
 	window := backlog * total / 4 * 8 / 10
-	var applied []work.Item
-	e.waitFor("the window's events applied", func() bool {
-		applied = s.snapshot()
-		n := 0
-		for _, it := range applied {
-			n += it.Count
-		}
-		return n >= window
-	})
-	got, n := map[string]int{}, 0
-	for _, it := range applied {
-		if n >= window {
-			break
-		}
-		got[it.Tenant] += it.Count
-		n += it.Count
-	}
+	got, n := appliedShares(e, s, 0, window)
 	group := map[int]int{}
 	for id, c := range got {
 		group[weights[id]] += c
@@ -184,6 +194,31 @@ func TestWeightedSharesInterleaved(t *testing.T) {
 	if r := d.Recovered(pg); r != 0 {
 		t.Errorf("%.0f orphans re-dispatched", r)
 	}
+}
+
+// appliedShares waits until s has applied window events after its
+// first skip items, and returns how many of those events each tenant
+// had, and their total (window, or a little more: whole items).
+func appliedShares(e *env, s *sink, skip, window int) (got map[string]int, n int) {
+	e.t.Helper()
+	var applied []work.Item
+	e.waitFor("the window's events applied", func() bool {
+		applied = s.snapshot()[skip:]
+		n := 0
+		for _, it := range applied {
+			n += it.Count
+		}
+		return n >= window
+	})
+	got = map[string]int{}
+	for _, it := range applied {
+		if n >= window {
+			break
+		}
+		got[it.Tenant] += it.Count
+		n += it.Count
+	}
+	return got, n
 }
 
 // A tenant arriving with one event behind another's 200k backlog is

@@ -113,7 +113,19 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant, ts *tenantSta
 	k := g.Key
 	x.mu.Lock()
 	p = &grant{k: k, ts: ts, from: ts.cursor, gen: ts.gen, bells: ts.bells, source: "index"}
+	sighted := ts.sighted
 	x.mu.Unlock()
+	if p.from == 0 && sighted != nil {
+		// First seen since the scan: its cursor, weight and rate are on
+		// their way (firstSight), with other new tenants'.
+		select {
+		case <-sighted:
+		case <-ctx.Done(): // the read below fails and sets the grant aside
+		}
+		x.mu.Lock()
+		p.from = ts.cursor
+		x.mu.Unlock()
+	}
 	if p.from == 0 {
 		c, err := x.cursorOf(ctx, ts)
 		if err != nil {

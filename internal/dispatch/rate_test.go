@@ -26,53 +26,11 @@ func TestDispatchRate(t *testing.T) {
 	if err := e.st.SetDestRate(e.ctx, "paced", pg, rate); err != nil {
 		t.Fatal(err)
 	}
-	type commit struct {
-		at     time.Time
-		events int
-	}
-	var (
-		mu      sync.Mutex
-		commits []commit
-	)
-	total := func() (n int, first, last time.Time) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range commits {
-			n += c.events
-		}
-		if len(commits) > 0 {
-			first, last = commits[0].at, commits[len(commits)-1].at
-		}
-		return n, first, last
-	}
+	var log commitLog
 	e.startSink(pg, 4, nil, func() time.Duration { return 0 })
-	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 50, PollInterval: time.Hour}, func(d *dispatch.Dispatcher) {
-		d.SetAfterCommit(func(ls []tenancy.Lease) {
-			c := commit{at: time.Now()}
-			for _, l := range ls {
-				c.events += int(l.ToSeq - l.FromSeq + 1)
-			}
-			mu.Lock()
-			commits = append(commits, c)
-			mu.Unlock()
-		})
-	})
-	e.waitFor("the paced events dispatched", func() bool { n, _, _ := total(); return n >= paced })
-	mu.Lock()
-	t0, sum := commits[0].at, 0
-	for _, c := range commits {
-		sum += c.events
-		// A commit's events were granted before it: allow one grant of
-		// slack for the time between the grant and the commit.
-		if bound := rate + int(float64(rate)*c.at.Sub(t0).Seconds()) + rate; sum > bound {
-			t.Errorf("%d events dispatched %v after the first grant, cap %d", sum, c.at.Sub(t0), bound)
-		}
-	}
-	mu.Unlock()
-	n, first, last := total()
-	if minimum := time.Duration(float64(n-rate) / rate * float64(time.Second)); last.Sub(first) < minimum*9/10 {
-		t.Errorf("%d events dispatched in %v, the rate allows them in no less than %v", n, last.Sub(first), minimum)
-	}
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 50, PollInterval: time.Hour}, log.hook)
+	e.waitFor("the paced events dispatched", func() bool { n, _, _ := log.total(); return n >= paced })
+	log.checkRate(t, rate)
 	if d.RateLimited(pg) == 0 {
 		t.Error("no grant was held back by the rate")
 	}
@@ -81,7 +39,7 @@ func TestDispatchRate(t *testing.T) {
 	if err := e.st.SetDestRate(e.ctx, "paced", pg, 0); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor("every event dispatched", func() bool { n, _, _ := total(); return n >= events })
+	e.waitFor("every event dispatched", func() bool { n, _, _ := log.total(); return n >= events })
 	rest := events - paced
 	if took, capped := time.Since(start), time.Duration(rest/rate)*time.Second; took > capped/2 {
 		t.Errorf("the last %d events took %v after the cap was removed; at the cap they take %v", rest, took, capped)
@@ -144,5 +102,66 @@ func TestDispatchRateCoversTheReplay(t *testing.T) {
 	}
 	if d.RateLimited(pg) == 0 {
 		t.Error("no grant was held back by the rate")
+	}
+}
+
+// commitLog records when each grant committed and how many events
+// (Dispatcher.SetAfterCommit).
+type commitLog struct {
+	mu      sync.Mutex
+	commits []commitAt
+}
+
+type commitAt struct {
+	at     time.Time
+	events int
+}
+
+// hook records d's commits.
+func (l *commitLog) hook(d *dispatch.Dispatcher) {
+	d.SetAfterCommit(func(ls []tenancy.Lease) {
+		c := commitAt{at: time.Now()}
+		for _, ls := range ls {
+			c.events += int(ls.ToSeq - ls.FromSeq + 1)
+		}
+		l.mu.Lock()
+		l.commits = append(l.commits, c)
+		l.mu.Unlock()
+	})
+}
+
+// total returns the events committed so far, and when the first and the
+// last commit were.
+func (l *commitLog) total() (n int, first, last time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.commits {
+		n += c.events
+	}
+	if len(l.commits) > 0 {
+		first, last = l.commits[0].at, l.commits[len(l.commits)-1].at
+	}
+	return n, first, last
+}
+
+// checkRate reports the commits so far that went beyond rate events per
+// second: a second's worth (the burst) plus the rate times the time since
+// the first commit, and a whole run faster than the rate allows.
+func (l *commitLog) checkRate(t *testing.T, rate int) {
+	t.Helper()
+	l.mu.Lock()
+	t0, sum := l.commits[0].at, 0
+	for _, c := range l.commits {
+		sum += c.events
+		// A commit's events were granted before it: allow one grant of
+		// slack for the time between the grant and the commit.
+		if bound := rate + int(float64(rate)*c.at.Sub(t0).Seconds()) + rate; sum > bound {
+			t.Errorf("%d events dispatched %v after the first grant, cap %d", sum, c.at.Sub(t0), bound)
+		}
+	}
+	l.mu.Unlock()
+	n, first, last := l.total()
+	if minimum := time.Duration(float64(n-rate) / float64(rate) * float64(time.Second)); last.Sub(first) < minimum*9/10 {
+		t.Errorf("%d events dispatched in %v, the rate allows them in no less than %v", n, last.Sub(first), minimum)
 	}
 }

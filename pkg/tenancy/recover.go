@@ -239,7 +239,46 @@ func (p PairState) Replaying() bool { return p.ReplayNext != 0 && p.ReplayNext <
 // PairStates lists every known (tenant, dest) of dest with its cursor and
 // effective weight, in one query.
 func (s *Store) PairStates(ctx context.Context, dest string) ([]PairState, error) {
-	return s.pairStates(ctx, dest, "")
+	return s.pairStates(ctx, dest, nil)
+}
+
+// PairStatesOf is PairStates for the given tenants, in one query. A pair
+// never seen is created with defaults first, as Cursor does, and a tenant
+// never seen too.
+func (s *Store) PairStatesOf(ctx context.Context, dest string, tenants []string) ([]PairState, error) {
+	for _, t := range tenants {
+		if err := validPair(t, dest); err != nil {
+			return nil, err
+		}
+	}
+	out, err := s.pairStates(ctx, dest, tenants)
+	if err != nil || len(out) >= len(tenants) {
+		return out, err
+	}
+	found := make(map[string]bool, len(out))
+	for _, p := range out {
+		found[p.Tenant] = true
+	}
+	var missing []pair
+	var names []string
+	for _, t := range tenants {
+		if !found[t] {
+			found[t] = true // once, should tenants hold it twice
+			missing = append(missing, pair{t, dest})
+			names = append(names, t)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	if err := s.ensurePairs(ctx, missing); err != nil {
+		return nil, err
+	}
+	more, err := s.pairStates(ctx, dest, names)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, more...), nil
 }
 
 // PairState is PairStates for one tenant. ErrUnknownTenant when the pair
@@ -248,7 +287,7 @@ func (s *Store) PairState(ctx context.Context, tenant, dest string) (PairState, 
 	if err := validPair(tenant, dest); err != nil {
 		return PairState{}, err
 	}
-	ps, err := s.pairStates(ctx, dest, tenant)
+	ps, err := s.pairStates(ctx, dest, []string{tenant})
 	if err != nil {
 		return PairState{}, err
 	}
@@ -258,7 +297,8 @@ func (s *Store) PairState(ctx context.Context, tenant, dest string) (PairState, 
 	return ps[0], nil
 }
 
-func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairState, error) {
+// pairStates lists dest's pairs of tenants (nil: of every tenant).
+func (s *Store) pairStates(ctx context.Context, dest string, tenants []string) ([]PairState, error) {
 	if err := ValidDest(dest); err != nil {
 		return nil, err
 	}
@@ -268,7 +308,7 @@ func (s *Store) pairStates(ctx context.Context, dest, tenant string) ([]PairStat
 		FROM fairway.limits l
 		JOIN fairway.tenants t ON t.id = l.tenant
 		JOIN fairway.cursors c ON c.tenant = l.tenant AND c.dest = l.dest
-		WHERE l.dest = $1 AND ($2 = '' OR l.tenant = $2)`, dest, tenant)
+		WHERE l.dest = $1 AND ($2::text[] IS NULL OR l.tenant = ANY($2::text[]))`, dest, tenants)
 	if err != nil {
 		return nil, fmt.Errorf("pair states of %s: %w", dest, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fairwayhq/fairway/internal/testenv"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -302,5 +303,57 @@ func TestAcquireBatchLeavesAnOrphanWhenItExpires(t *testing.T) {
 	os := orphansOf(ctx, t, st)
 	if len(os) != 1 || os[0].FromSeq != 40 || os[0].ToSeq != 42 || os[0].Holder != "redrive" {
 		t.Fatalf("orphans %+v, want the batch lease's range alone", os)
+	}
+}
+
+// PairStatesOf reads the pairs of the tenants asked for, in one call: one
+// with its own cursor and rate, one whose tenant exists without the pair
+// (created with the defaults, the tenant's weight), one never seen
+// (created with the tenant); others' pairs are left out, and an invalid
+// tenant is an error.
+func TestPairStatesOf(t *testing.T) {
+	t.Parallel()
+	st, _, _ := setup(t, nil)
+	ctx := testCtx(t)
+	const d = tenancy.DestPostgres
+	for _, id := range []string{"known", "other"} {
+		if _, err := st.EnsureTenant(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetDestRate(ctx, id, d, 50); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.SetCursor(ctx, "known", d, 42); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.EnsureTenant(ctx, "weighted"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetWeight(ctx, "weighted", 3); err != nil {
+		t.Fatal(err)
+	}
+	ps := must[[]tenancy.PairState](t)(st.PairStatesOf(ctx, d, []string{"known", "weighted", "new"}))
+	got := map[string]tenancy.PairState{}
+	for _, p := range ps {
+		got[p.Tenant] = p
+	}
+	if len(ps) != 3 || len(got) != 3 {
+		t.Fatalf("PairStatesOf = %+v, want known, weighted and new once each", ps)
+	}
+	if p := got["known"]; p.NextSeq != 42 || p.Rate != 50 || p.Weight != 1 {
+		t.Errorf("known: %+v, want cursor 42, rate 50, weight 1", p)
+	}
+	if p := got["weighted"]; p.NextSeq != 1 || p.Weight != 3 || p.Rate != 0 {
+		t.Errorf("weighted: %+v, want cursor 1, weight 3, no rate", p)
+	}
+	if p := got["new"]; p.NextSeq != 1 || p.Weight != 1 {
+		t.Errorf("new: %+v, want cursor 1, weight 1", p)
+	}
+	if _, err := st.Tenant(ctx, "new"); err != nil {
+		t.Errorf("the new tenant: %v", err)
+	}
+	if _, err := st.PairStatesOf(ctx, d, []string{"known", "bad tenant"}); !errors.Is(err, events.ErrInvalidTenant) {
+		t.Errorf("an invalid tenant: %v, want ErrInvalidTenant", err)
 	}
 }

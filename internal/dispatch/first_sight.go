@@ -1,0 +1,137 @@
+package dispatch
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/fairwayhq/fairway/pkg/tenancy"
+)
+
+// A state the doorbell creates after the start-up scan (a tenant new to
+// the stream, or one whose events all came after the scan) knows neither
+// its cursor nor its weight nor its dispatch rate: the scan and the polls
+// load those for the tenants they count. firstSight loads them for the
+// new states, those of many tenants in one query, so that a tenant first
+// seen while thousands appear at once is scheduled at its own weight and
+// dispatched at its own rate from its first events, and its first grant
+// waits for one query shared with the others rather than spending a
+// round trip of its own on its cursor.
+type firstSight struct {
+	mu     sync.Mutex
+	queued map[*destination][]*tenantState
+	loaded chan struct{} // closed once the states queued now are loaded
+	closed bool          // sightLoop is over: nothing is queued
+	wake   chan struct{}
+}
+
+func newFirstSight() *firstSight { return &firstSight{wake: make(chan struct{}, 1)} }
+
+// add queues ts, a state of x whose cursor is unknown, and returns what is
+// closed once it is loaded (nil: it is not queued, sightLoop is over).
+func (f *firstSight) add(x *destination, ts *tenantState) <-chan struct{} {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	if f.queued == nil {
+		f.queued, f.loaded = map[*destination][]*tenantState{}, make(chan struct{})
+	}
+	f.queued[x] = append(f.queued[x], ts)
+	loaded := f.loaded
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+	return loaded
+}
+
+// take returns what is queued and its channel, and empties the queue;
+// close says nothing is queued after it.
+func (f *firstSight) take(close bool) (map[*destination][]*tenantState, chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, loaded := f.queued, f.loaded
+	f.queued, f.loaded, f.closed = nil, nil, f.closed || close
+	return q, loaded
+}
+
+// sightLoop loads the states firstSight queued: each time, one query per
+// destination for every state queued since the last. When ctx ends it
+// lets go of the grants that wait for a load.
+func (d *Dispatcher) sightLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			if _, loaded := d.sight.take(true); loaded != nil {
+				close(loaded)
+			}
+			return
+		case <-d.sight.wake:
+		}
+		q, loaded := d.sight.take(false)
+		for x, states := range q {
+			d.learn(ctx, x, states)
+		}
+		if loaded != nil {
+			close(loaded)
+		}
+	}
+}
+
+// learn loads the pair states of x's states and applies them (learned).
+// After an error the states stay as they were and are queued again by
+// their next event.
+func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenantState) {
+	tenants := make([]string, 0, len(states))
+	for _, ts := range states {
+		tenants = append(tenants, ts.tenant)
+	}
+	slices.Sort(tenants)
+	asOf := x.asOf()
+	pss, err := d.st.PairStatesOf(ctx, x.name, slices.Compact(tenants))
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("loading new tenants' pairs failed; their grants read their cursors", "dest", x.name, "tenants", len(tenants), "err", err)
+			d.m.errors.WithLabelValues(x.name, "reload").Inc()
+		}
+		x.mu.Lock()
+		for _, ts := range states {
+			ts.sighted = nil
+		}
+		x.mu.Unlock()
+		return
+	}
+	x.learned(states, pss, asOf)
+}
+
+// learned applies the pair states pss, read from PostgreSQL when x.asOf
+// was asOf, to states: their weight and rate, and their cursor unless a
+// grant set it since. (A grant in flight from cursor 0 waits for this
+// load, or reads the cursor itself; its outcome sets the cursor either
+// way.)
+func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, asOf uint64) {
+	byTenant := make(map[string]tenancy.PairState, len(pss))
+	for _, ps := range pss {
+		byTenant[ps.Tenant] = ps
+	}
+	x.mu.Lock()
+	for _, ts := range states {
+		ps, ok := byTenant[ts.tenant]
+		if !ok {
+			continue // its grant reads the cursor
+		}
+		ts.weight, ts.rate = max(ps.Weight, 1), ps.Rate
+		if ts.cursor == 0 && ts.setAt <= asOf {
+			ts.cursor = ps.NextFor(ts.prio)
+			x.forgetBelow(ts, ts.cursor)
+		}
+		if !ts.unseeded {
+			x.setBacklog(ts, ts.backlog) // its weight
+		}
+	}
+	x.mu.Unlock()
+	x.kick()
+}
