@@ -47,6 +47,9 @@ type destination struct {
 	// (tenantState.setAt): a read of PostgreSQL taken before (asOf) must
 	// not put a cursor back (seed).
 	grants uint64
+	// seeds counts the seeds (tenantState.seededAt): the weight and rate
+	// of a read taken before one must not put them back (learned).
+	seeds uint64
 }
 
 // laneKey is the key of the state of tenant's events of priority p in a
@@ -135,9 +138,11 @@ type tenantState struct {
 	// cuts from live without reading PRODUCTS.
 	fresh bool
 	// sighted: queued for firstSight to load its cursor, weight and
-	// rate; closed once it has.
-	sighted <-chan struct{}
-	back    seqIndex // sequences the backfill delivered (its partition's partRead.backFrom up to live-1)
+	// rate; closed once it has. seededAt: destination.seeds when a seed
+	// last set its weight and rate.
+	sighted  <-chan struct{}
+	seededAt uint64
+	back     seqIndex // sequences the backfill delivered (its partition's partRead.backFrom up to live-1)
 
 	// In a replay lane, the replay ends before replayUntil
 	// (tenancy.PairState) and runs at replayRate events/s (0:
@@ -433,7 +438,7 @@ func (x *destination) bell(tenant string, p events.Priority, seq uint64, at time
 	} else {
 		ts.live.addBody(seq, at, body, indexMaxRuns)
 	}
-	if ts.cursor == 0 && ts.sighted == nil && !ts.unseeded && !x.replay && x.d.sight != nil {
+	if ts.cursor == 0 && ts.sighted == nil && !ts.unseeded && !x.replay && x.d.sight != nil && x.d.owns(tenant, x.name) {
 		ts.sighted = x.d.sight.add(x, ts)
 	}
 	ts.bells++
@@ -500,7 +505,8 @@ func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, fir
 	x.mu.Lock()
 	ts := x.stateOf(p.Tenant, pr)
 	next := p.NextFor(pr)
-	ts.weight = max(p.Weight, 1)
+	x.seeds++
+	ts.weight, ts.seededAt = max(p.Weight, 1), x.seeds
 	if x.replay {
 		ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
 	}

@@ -163,7 +163,7 @@ func weightedInterleaved(t *testing.T, live bool) {
 		total += w
 	}
 	window := backlog * total / 4 * 8 / 10
-	got, n := appliedShares(e, s, 0, window)
+	got, n := appliedShares(e, s, window)
 	group := map[int]int{}
 	for id, c := range got {
 		group[weights[id]] += c
@@ -196,14 +196,14 @@ func weightedInterleaved(t *testing.T, live bool) {
 	}
 }
 
-// appliedShares waits until s has applied window events after its
-// first skip items, and returns how many of those events each tenant
-// had, and their total (window, or a little more: whole items).
-func appliedShares(e *env, s *sink, skip, window int) (got map[string]int, n int) {
+// appliedShares waits until s has applied window events, and returns how
+// many of those events each tenant had, and their total (window, or a
+// little more: whole items).
+func appliedShares(e *env, s *sink, window int) (got map[string]int, n int) {
 	e.t.Helper()
 	var applied []work.Item
 	e.waitFor("the window's events applied", func() bool {
-		applied = s.snapshot()[skip:]
+		applied = s.snapshot()
 		n := 0
 		for _, it := range applied {
 			n += it.Count

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -83,14 +84,20 @@ func (d *Dispatcher) sightLoop(ctx context.Context) {
 
 // learn loads the pair states of x's states and applies them (learned).
 // After an error the states stay as they were and are queued again by
-// their next event.
+// their next event. A tenant id that is not one (a subject published
+// around the publishers' checks) is left to its grant, whose read of the
+// cursor fails and sets it aside, rather than fail the others' load.
 func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenantState) {
 	tenants := make([]string, 0, len(states))
 	for _, ts := range states {
-		tenants = append(tenants, ts.tenant)
+		if events.ValidateTenant(ts.tenant) == nil {
+			tenants = append(tenants, ts.tenant)
+		}
 	}
 	slices.Sort(tenants)
-	asOf := x.asOf()
+	x.mu.Lock()
+	asOf := loadedAsOf{grants: x.grants, seeds: x.seeds}
+	x.mu.Unlock()
 	pss, err := d.st.PairStatesOf(ctx, x.name, slices.Compact(tenants))
 	if err != nil {
 		if ctx.Err() == nil {
@@ -107,12 +114,18 @@ func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenant
 	x.learned(states, pss, asOf)
 }
 
-// learned applies the pair states pss, read from PostgreSQL when x.asOf
-// was asOf, to states: their weight and rate, and their cursor unless a
-// grant set it since. (A grant in flight from cursor 0 waits for this
-// load, or reads the cursor itself; its outcome sets the cursor either
-// way.)
-func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, asOf uint64) {
+// loadedAsOf is what learned needs to tell a read of PostgreSQL from a
+// grant's outcome (destination.grants) and a seed (destination.seeds)
+// that came after it.
+type loadedAsOf struct{ grants, seeds uint64 }
+
+// learned applies the pair states pss, read from PostgreSQL as of asOf,
+// to states: the weight and rate of the tenant's every state in x (the
+// rate is metered on its normal events' state, rateBudget) unless a seed
+// set them since, and the state's cursor unless a grant set it since. (A
+// grant in flight from cursor 0 waits for this load, or reads the cursor
+// itself; its outcome sets the cursor either way.)
+func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, asOf loadedAsOf) {
 	byTenant := make(map[string]tenancy.PairState, len(pss))
 	for _, ps := range pss {
 		byTenant[ps.Tenant] = ps
@@ -123,13 +136,19 @@ func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, as
 		if !ok {
 			continue // its grant reads the cursor
 		}
-		ts.weight, ts.rate = max(ps.Weight, 1), ps.Rate
-		if ts.cursor == 0 && ts.setAt <= asOf {
+		for _, s := range append(x.lanesOf(ts.tenant), x.state(ts.tenant)) {
+			if s.seededAt <= asOf.seeds {
+				s.weight, s.rate = max(ps.Weight, 1), ps.Rate
+			}
+		}
+		backlog := ts.backlog
+		if ts.cursor == 0 && ts.setAt <= asOf.grants {
 			ts.cursor = ps.NextFor(ts.prio)
 			x.forgetBelow(ts, ts.cursor)
+			backlog = x.waiting(ts) // counted from the cursor now
 		}
 		if !ts.unseeded {
-			x.setBacklog(ts, ts.backlog) // its weight
+			x.setBacklog(ts, backlog) // and its weight
 		}
 	}
 	x.mu.Unlock()

@@ -242,10 +242,14 @@ func (s *Store) PairStates(ctx context.Context, dest string) ([]PairState, error
 	return s.pairStates(ctx, dest, nil)
 }
 
-// PairStatesOf is PairStates for the given tenants, in one query. A pair
-// never seen is created with defaults first, as Cursor does, and a tenant
-// never seen too.
+// PairStatesOf is PairStates for the given tenants (none: none), in one
+// query. A pair never seen is created with defaults first, as Cursor
+// does, and a tenant never seen too; that takes an insert and a second
+// query.
 func (s *Store) PairStatesOf(ctx context.Context, dest string, tenants []string) ([]PairState, error) {
+	if len(tenants) == 0 {
+		return nil, nil
+	}
 	for _, t := range tenants {
 		if err := validPair(t, dest); err != nil {
 			return nil, err

@@ -309,8 +309,8 @@ func TestAcquireBatchLeavesAnOrphanWhenItExpires(t *testing.T) {
 // PairStatesOf reads the pairs of the tenants asked for, in one call: one
 // with its own cursor and rate, one whose tenant exists without the pair
 // (created with the defaults, the tenant's weight), one never seen
-// (created with the tenant); others' pairs are left out, and an invalid
-// tenant is an error.
+// (created with the tenant), asked for twice; others' pairs are left
+// out, none asked for gives none, and an invalid tenant is an error.
 func TestPairStatesOf(t *testing.T) {
 	t.Parallel()
 	st, _, _ := setup(t, nil)
@@ -333,7 +333,7 @@ func TestPairStatesOf(t *testing.T) {
 	if err := st.SetWeight(ctx, "weighted", 3); err != nil {
 		t.Fatal(err)
 	}
-	ps := must[[]tenancy.PairState](t)(st.PairStatesOf(ctx, d, []string{"known", "weighted", "new"}))
+	ps := must[[]tenancy.PairState](t)(st.PairStatesOf(ctx, d, []string{"known", "weighted", "new", "new"}))
 	got := map[string]tenancy.PairState{}
 	for _, p := range ps {
 		got[p.Tenant] = p
@@ -352,6 +352,9 @@ func TestPairStatesOf(t *testing.T) {
 	}
 	if _, err := st.Tenant(ctx, "new"); err != nil {
 		t.Errorf("the new tenant: %v", err)
+	}
+	if ps, err := st.PairStatesOf(ctx, d, nil); err != nil || len(ps) != 0 {
+		t.Errorf("no tenants: %+v, %v; want none", ps, err)
 	}
 	if _, err := st.PairStatesOf(ctx, d, []string{"known", "bad tenant"}); !errors.Is(err, events.ErrInvalidTenant) {
 		t.Errorf("an invalid tenant: %v, want ErrInvalidTenant", err)

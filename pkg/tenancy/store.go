@@ -115,7 +115,10 @@ type pair struct{ tenant, dest string }
 // ensurePairs creates, with defaults, whatever is missing of the tenants,
 // their limits rows, slot rows and cursors. Callers use it only on the miss
 // path (a statement found no limits row); existing rows are left alone.
-// The batch runs as one implicit transaction in one round trip.
+// The batch runs as one implicit transaction in one round trip, and
+// inserts in key order, so that two callers creating overlapping pairs
+// at once (dispatchers loading new tenants) wait for each other rather
+// than deadlock.
 func (s *Store) ensurePairs(ctx context.Context, pairs []pair) error {
 	ts := make([]string, len(pairs))
 	ds := make([]string, len(pairs))
@@ -124,19 +127,20 @@ func (s *Store) ensurePairs(ctx context.Context, pairs []pair) error {
 	}
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO fairway.tenants (id, weight)
-		SELECT DISTINCT t, $2::int FROM unnest($1::text[]) t
+		SELECT DISTINCT t, $2::int FROM unnest($1::text[]) t ORDER BY 1
 		ON CONFLICT (id) DO NOTHING`, ts, s.cfg.DefaultWeight)
 	b.Queue(`INSERT INTO fairway.limits (tenant, dest, max_slots)
-		SELECT DISTINCT t, d, $3::int FROM unnest($1::text[], $2::text[]) AS p(t, d)
+		SELECT DISTINCT t, d, $3::int FROM unnest($1::text[], $2::text[]) AS p(t, d) ORDER BY 1, 2
 		ON CONFLICT (tenant, dest) DO NOTHING`, ts, ds, s.cfg.DefaultMaxSlots)
 	b.Queue(`INSERT INTO fairway.slots (tenant, dest, slot_no)
 		SELECT l.tenant, l.dest, g
 		FROM fairway.limits l
 		JOIN (SELECT DISTINCT t, d FROM unnest($1::text[], $2::text[]) AS p(t, d)) p ON l.tenant = p.t AND l.dest = p.d
 		CROSS JOIN LATERAL generate_series(0, l.max_slots - 1) g
+		ORDER BY 1, 2, 3
 		ON CONFLICT DO NOTHING`, ts, ds)
 	b.Queue(`INSERT INTO fairway.cursors (tenant, dest)
-		SELECT DISTINCT t, d FROM unnest($1::text[], $2::text[]) AS p(t, d)
+		SELECT DISTINCT t, d FROM unnest($1::text[], $2::text[]) AS p(t, d) ORDER BY 1, 2
 		ON CONFLICT DO NOTHING`, ts, ds)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("tenancy: create defaults: %w", err)
