@@ -225,6 +225,15 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	if err := d.heartbeat(ctx); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
+	// Recorded as alive, a dispatcher that stops or fails before its
+	// heartbeat loop runs (which leaves when it ends) leaves here, so that
+	// the others do not wait for its row to go old.
+	beating := false
+	defer func() {
+		if !beating {
+			d.leave(ctx)
+		}
+	}()
 	owned := d.ownedParts()
 	sc, err := d.survey(ctx, stream, owned)
 	if err != nil {
@@ -316,6 +325,7 @@ func (d *Dispatcher) Run(ctx context.Context) (err error) {
 	aux.Go(func() { d.recoverLoop(ctx, workCtx) })
 	aux.Go(func() { d.pollLoop(ctx, stream) })
 	aux.Go(func() { d.heartbeatLoop(ctx) })
+	beating = true
 	aux.Go(func() { d.readLoop(ctx) })
 	if d.cfg.BodyBudget > 0 {
 		aux.Go(func() { d.refillLoop(ctx) })

@@ -104,11 +104,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			if err := d.st.Leave(lctx, d.cfg.Holder); err != nil {
-				d.log.Warn("could not remove this dispatcher's heartbeat; the others take its tenants over once it is old", "err", err)
-			}
+			d.leave(ctx)
 			return
 		case <-t.C:
 		case <-d.beatKick:
@@ -117,6 +113,16 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			d.log.Warn("heartbeat failed; keeping the last view of the dispatchers alive", "err", err)
 			d.m.errors.WithLabelValues("", "heartbeat").Inc()
 		}
+	}
+}
+
+// leave removes this dispatcher's heartbeat, so that the others take its
+// pairs over at once rather than once its row is old; ctx has ended.
+func (d *Dispatcher) leave(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := d.st.Leave(lctx, d.cfg.Holder); err != nil {
+		d.log.Warn("could not remove this dispatcher's heartbeat; the others take its tenants over once it is old", "err", err)
 	}
 }
 

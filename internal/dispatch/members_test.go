@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -649,5 +650,49 @@ func TestBackfillOfAQuietPartitionEnds(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.ContainsFunc(backfilled, func(g []int) bool { return slices.Equal(g, []int{own[1]}) }) {
 		t.Fatalf("disp-a backfilled %v, not partition %d apart: the test shows nothing", backfilled, own[1])
+	}
+}
+
+// A dispatcher stopped while it starts, once its first heartbeat has
+// recorded it, leaves: the others need not wait for its row to go old
+// before they take its pairs over.
+func TestLeaveWhenStoppedWhileStarting(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	e.tenant("acme", 1, 4, pg)
+	e.publish("acme", 3)
+	probing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d, err := dispatch.New(dispatch.Deps{Store: e.st, NATS: e.nc}, &dispatch.Config{Dests: []string{pg}, Holder: "starting"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetProbe(func(string) { once.Do(func() { close(probing); <-release }) })
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Run(ctx) }()
+	select {
+	case <-probing:
+	case <-e.ctx.Done():
+		t.Fatal("the start-up scan never probed")
+	}
+	alive := func() bool {
+		ds, err := e.st.Dispatchers(e.ctx, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(ds, func(d tenancy.Dispatcher) bool { return d.Holder == "starting" })
+	}
+	if !alive() {
+		t.Fatal("the dispatcher's first heartbeat did not record it")
+	}
+	cancel() // while the probe runs: Run has not started its heartbeat loop
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if alive() {
+		t.Error("a dispatcher stopped while it started is still recorded as alive")
 	}
 }
