@@ -20,10 +20,16 @@ import (
 // round trip of its own on its cursor.
 type firstSight struct {
 	mu     sync.Mutex
-	queued map[*destination][]*tenantState
-	loaded chan struct{} // closed once the states queued now are loaded
-	closed bool          // sightLoop is over: nothing is queued
+	queued map[*destination]*sightBatch
+	closed bool // sightLoop is over: nothing is queued
 	wake   chan struct{}
+}
+
+// sightBatch is what is queued for one destination: its states, and
+// loaded, closed once they are loaded.
+type sightBatch struct {
+	states []*tenantState
+	loaded chan struct{}
 }
 
 func newFirstSight() *firstSight { return &firstSight{wake: make(chan struct{}, 1)} }
@@ -37,47 +43,49 @@ func (f *firstSight) add(x *destination, ts *tenantState) <-chan struct{} {
 		return nil
 	}
 	if f.queued == nil {
-		f.queued, f.loaded = map[*destination][]*tenantState{}, make(chan struct{})
+		f.queued = map[*destination]*sightBatch{}
 	}
-	f.queued[x] = append(f.queued[x], ts)
-	loaded := f.loaded
+	b := f.queued[x]
+	if b == nil {
+		b = &sightBatch{loaded: make(chan struct{})}
+		f.queued[x] = b
+	}
+	b.states = append(b.states, ts)
 	f.mu.Unlock()
 	select {
 	case f.wake <- struct{}{}:
 	default:
 	}
-	return loaded
+	return b.loaded
 }
 
-// take returns what is queued and its channel, and empties the queue;
-// close says nothing is queued after it.
-func (f *firstSight) take(close bool) (map[*destination][]*tenantState, chan struct{}) {
+// take returns what is queued and empties the queue; close says nothing
+// is queued after it.
+func (f *firstSight) take(close bool) map[*destination]*sightBatch {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	q, loaded := f.queued, f.loaded
-	f.queued, f.loaded, f.closed = nil, nil, f.closed || close
-	return q, loaded
+	q := f.queued
+	f.queued, f.closed = nil, f.closed || close
+	return q
 }
 
 // sightLoop loads the states firstSight queued: each time, one query per
-// destination for every state queued since the last. When ctx ends it
-// lets go of the grants that wait for a load.
+// destination for every state of it queued since the last, whose grants
+// go on once their destination's query is in. When ctx ends it lets go of
+// the grants that wait for a load.
 func (d *Dispatcher) sightLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			if _, loaded := d.sight.take(true); loaded != nil {
-				close(loaded)
+			for _, b := range d.sight.take(true) {
+				close(b.loaded)
 			}
 			return
 		case <-d.sight.wake:
 		}
-		q, loaded := d.sight.take(false)
-		for x, states := range q {
-			d.learn(ctx, x, states)
-		}
-		if loaded != nil {
-			close(loaded)
+		for x, b := range d.sight.take(false) {
+			d.learn(ctx, x, b.states)
+			close(b.loaded)
 		}
 	}
 }
