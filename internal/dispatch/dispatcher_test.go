@@ -102,15 +102,19 @@ func TestWeightedShares(t *testing.T) {
 // applies, not only in whole reads. The shares count from the start: a
 // tenant whose events just arrived goes first once, whatever its weight,
 // and pays for it in the rounds after (sparse-flow priority), so the
-// window is long enough for that to even out.
+// window is long enough for that to even out. "live": the same with the
+// backlogs published after the dispatcher started, by tenants it first
+// sees then, whose weights it loads at once (first_sight.go), not at the
+// next poll. The two run one after the other: each keeps a slow sink busy
+// for a while.
 func TestWeightedSharesInterleaved(t *testing.T) {
 	t.Parallel()
-	weightedInterleaved(t, false)
+	t.Run("queued", func(t *testing.T) { weightedInterleaved(t, false) })
+	t.Run("live", func(t *testing.T) { weightedInterleaved(t, true) })
 }
 
 // weightedInterleaved is TestWeightedSharesInterleaved, with the backlogs
-// published before the dispatcher starts or, live, after it started
-// (TestNewTenantsWeighted).
+// published before the dispatcher starts or, live, after it started.
 func weightedInterleaved(t *testing.T, live bool) {
 	const (
 		perGroup = 10

@@ -9,7 +9,8 @@ import (
 
 // A tenant first seen after the dispatcher started (none of its events
 // were in the stream at the start-up scan) is dispatched at its pair's
-// rate from its first events, not from the next poll's.
+// rate from its first events, not from the next poll's (its weight:
+// TestWeightedSharesInterleaved/live).
 func TestNewTenantRate(t *testing.T) {
 	t.Parallel()
 	const rate, events = 200, 1200
@@ -25,12 +26,4 @@ func TestNewTenantRate(t *testing.T) {
 	e.publish("paced", events)
 	e.waitFor("the events dispatched", func() bool { n, _, _ := log.total(); return n >= events })
 	log.checkRate(t, rate)
-}
-
-// Tenants first seen after the dispatcher started share by their
-// weights from their first events, as TestWeightedSharesInterleaved's do
-// from the start-up scan.
-func TestNewTenantsWeighted(t *testing.T) {
-	t.Parallel()
-	weightedInterleaved(t, true)
 }
