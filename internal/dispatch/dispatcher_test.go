@@ -121,7 +121,7 @@ func weightedInterleaved(t *testing.T, live bool) {
 		backlog  = 1000 // events per tenant
 		batch    = 10
 	)
-	e := setup(t, time.Minute)
+	e := setupWithin(t, time.Minute, 4*time.Minute)
 	weights := map[string]int{}
 	var tenants []string
 	for _, w := range []int{1, 2, 4} {
