@@ -173,6 +173,10 @@ type tenantState struct {
 	}
 }
 
+// setPair sets what ts takes from its pair's settings: the weight (at
+// least 1) and the dispatch rate.
+func (ts *tenantState) setPair(p tenancy.PairState) { ts.weight, ts.rate = max(p.Weight, 1), p.Rate }
+
 // newDestination returns the live lane of destination name, scheduled by
 // live, with its replay lane, scheduled by replay.
 func newDestination(d *Dispatcher, name string, live, replay *scheduler.Scheduler) *destination {
@@ -506,11 +510,11 @@ func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, fir
 	ts := x.stateOf(p.Tenant, pr)
 	next := p.NextFor(pr)
 	x.seeds++
-	ts.weight, ts.seededAt = max(p.Weight, 1), x.seeds
+	ts.setPair(p)
+	ts.seededAt = x.seeds
 	if x.replay {
 		ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
 	}
-	ts.rate = p.Rate
 	if _, ok := dense.at(next); ok {
 		ts.dense = dense
 	} else if _, ok := ts.dense.at(next); !ok {

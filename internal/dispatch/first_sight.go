@@ -146,7 +146,7 @@ func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, as
 		}
 		for _, s := range append(x.lanesOf(ts.tenant), x.state(ts.tenant)) {
 			if s.seededAt <= asOf.seeds {
-				s.weight, s.rate = max(ps.Weight, 1), ps.Rate
+				s.setPair(ps)
 			}
 		}
 		backlog := ts.backlog

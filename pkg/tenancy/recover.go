@@ -264,12 +264,10 @@ func (s *Store) PairStatesOf(ctx context.Context, dest string, tenants []string)
 		found[p.Tenant] = true
 	}
 	var missing []pair
-	var names []string
 	for _, t := range tenants {
 		if !found[t] {
 			found[t] = true // once, should tenants hold it twice
 			missing = append(missing, pair{t, dest})
-			names = append(names, t)
 		}
 	}
 	if len(missing) == 0 {
@@ -277,6 +275,10 @@ func (s *Store) PairStatesOf(ctx context.Context, dest string, tenants []string)
 	}
 	if err := s.ensurePairs(ctx, missing); err != nil {
 		return nil, err
+	}
+	names := make([]string, len(missing))
+	for i, m := range missing {
+		names[i] = m.tenant
 	}
 	more, err := s.pairStates(ctx, dest, names)
 	if err != nil {
