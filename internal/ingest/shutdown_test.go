@@ -28,16 +28,16 @@ func TestShutdownFinishesRequestsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	hs := bootstrap.HTTPServer(f.srv.Handler(), quietLogger())
-	active := make(chan struct{}, 1)
-	hs.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateActive {
-			select {
-			case active <- struct{}{}:
-			default:
-			}
-		}
-	}
+	// reading is signalled once the handler has read part of the body.
+	// The connection's StateActive is too early a sign: net/http drops a
+	// request whose headers it read if shutdown begins before the handler
+	// is called, and the client then sees the connection close.
+	reading := make(chan struct{}, 1)
+	h := f.srv.Handler()
+	hs := bootstrap.HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = &signalReader{ReadCloser: r.Body, read: reading}
+		h.ServeHTTP(w, r)
+	}), quietLogger())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	served := make(chan error, 1)
@@ -77,9 +77,9 @@ func TestShutdownFinishesRequestsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-active:
+	case <-reading:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the request never reached the server")
+		t.Fatal("the request's body was never read")
 	}
 
 	cancel() // shutdown begins with the request half read
@@ -139,4 +139,22 @@ func TestShutdownFinishesRequestsInFlight(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Serve did not return after the last request was answered")
 	}
+}
+
+// signalReader sends on read, without blocking, after each Read that
+// returns data.
+type signalReader struct {
+	io.ReadCloser
+	read chan<- struct{}
+}
+
+func (r *signalReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if n > 0 {
+		select {
+		case r.read <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
 }
