@@ -37,10 +37,12 @@ import (
 // the window holds them to bytes (Config.WorkWithoutSink) rather than
 // items: WORK, on disk or in memory, is shared by every destination, and
 // one without sinks must not fill it; a WORK created anew meanwhile (a server restart
-// took it) held none of them. When the consumer cannot be read (a NATS
-// user without $JS.API.CONSUMER.INFO.WORK.>), the window stays open, as if
-// WORK were empty: what is published waits for the sinks as it would
-// without a window. An unreadable consumer is reported.
+// took it) held none of them. A look that cannot read the consumer (a
+// timeout under load) changes nothing; once looks have failed for
+// workWindowOpenAfter (a NATS user without $JS.API.CONSUMER.INFO.WORK.>,
+// say), the window opens, as if WORK were empty: what is published waits
+// for the sinks as it would without a window, until a look reads the
+// consumer again. An unreadable consumer is reported.
 type workWindow struct {
 	js       jetstream.JetStream
 	consumer string
@@ -58,8 +60,11 @@ type workWindow struct {
 	bytes    int64         // the sizes of waiting
 	noSink   bool          // the consumer did not exist at the last look
 	lookedAt time.Time     // when the last look was
-	reserved int           // items grants in flight may still publish
-	full     bool          // a grant was held back since the last look
+	// failingSince is when the looks began to fail; zero while the last
+	// one read the consumer (or found it missing).
+	failingSince time.Time
+	reserved     int  // items grants in flight may still publish
+	full         bool // a grant was held back since the last look
 }
 
 // waitingItem is an item published and not yet delivered: its stream
@@ -77,6 +82,9 @@ const (
 	// workWindowNoSinkEvery while the consumer does not exist.
 	workWindowEvery       = 20 * time.Millisecond
 	workWindowNoSinkEvery = time.Second
+	// workWindowOpenAfter is how long looks must fail before the window
+	// opens.
+	workWindowOpenAfter = 5 * time.Second
 )
 
 func newWorkWindow(js jetstream.JetStream, dest string, grant int, noSinkBytes int64, m *metrics) *workWindow {
@@ -186,7 +194,26 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	defer w.mu.Unlock()
 	full := w.full
 	w.full = false
-	w.noSink, w.lookedAt = noSink, time.Now()
+	now := time.Now()
+	w.lookedAt = now
+	if err != nil && !noSink {
+		// A look that fails (a timeout under load, a NATS reconnect) says
+		// nothing about WORK: the window keeps what it knew. Only looks
+		// failing for workWindowOpenAfter open it: a NATS user without
+		// the permission sees timeouts too, and must not be held back
+		// for good.
+		if w.failingSince.IsZero() {
+			w.failingSince = now
+		}
+		if now.Sub(w.failingSince) >= workWindowOpenAfter {
+			w.noSink = false
+			w.dropWaiting(func(waitingItem) bool { return true }) // open
+		}
+		w.waitingG.Set(float64(len(w.waiting)))
+		return w.roomLocked(), err
+	}
+	w.failingSince = time.Time{}
+	w.noSink = noSink
 	switch {
 	case noSink:
 		// The items wait for the first sink, unless WORK is new: then
@@ -196,8 +223,6 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 			w.dropKnown(known, func(it waitingItem) bool { return it.seq > last })
 		}
 		err = nil
-	case err != nil:
-		w.dropWaiting(func(waitingItem) bool { return true }) // open
 	default:
 		// The consumer delivers in stream order (redeliveries aside), so
 		// what it has not delivered is above its last delivered sequence.
