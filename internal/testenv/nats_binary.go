@@ -177,17 +177,6 @@ func RepoRoot(t testing.TB) string {
 	}
 }
 
-// FreePort returns a loopback TCP port nothing listens on right now.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // serverInfo connects to a NATS server and reads its INFO line.
 func serverInfo(url string) error {
 	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "nats://"), time.Second)
