@@ -177,6 +177,20 @@ type tenantState struct {
 // least 1) and the dispatch rate.
 func (ts *tenantState) setPair(p tenancy.PairState) { ts.weight, ts.rate = max(p.Weight, 1), p.Rate }
 
+// setPairOf sets p's weight and rate on every state of p's tenant in x
+// and on the state whose limiter meters the pair's rate (rateBudget),
+// where fresh says p is newer than what the state has, and marks them
+// seeded at x.seeds; x.mu must be held. A tenant whose first events are
+// of one priority has its rate metered, and capped, all the same.
+func (x *destination) setPairOf(p tenancy.PairState, fresh func(*tenantState) bool) {
+	for _, s := range append(x.lanesOf(p.Tenant), x.state(p.Tenant)) {
+		if fresh(s) {
+			s.setPair(p)
+			s.seededAt = x.seeds
+		}
+	}
+}
+
 // newDestination returns the live lane of destination name, scheduled by
 // live, with its replay lane, scheduled by replay.
 func newDestination(d *Dispatcher, name string, live, replay *scheduler.Scheduler) *destination {
@@ -510,8 +524,7 @@ func (x *destination) seed(p tenancy.PairState, pr events.Priority, backlog, fir
 	ts := x.stateOf(p.Tenant, pr)
 	next := p.NextFor(pr)
 	x.seeds++
-	ts.setPair(p)
-	ts.seededAt = x.seeds
+	x.setPairOf(p, func(*tenantState) bool { return true })
 	if x.replay {
 		ts.replayUntil, ts.replayRate = p.ReplayUntil, p.ReplayRate
 	}

@@ -144,11 +144,7 @@ func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, as
 		if !ok {
 			continue // its grant reads the cursor
 		}
-		for _, s := range append(x.lanesOf(ts.tenant), x.state(ts.tenant)) {
-			if s.seededAt <= asOf.seeds {
-				s.setPair(ps)
-			}
-		}
+		x.setPairOf(ps, func(s *tenantState) bool { return s.seededAt <= asOf.seeds })
 		backlog := ts.backlog
 		if ts.cursor == 0 && ts.setAt <= asOf.grants {
 			ts.cursor = ps.NextFor(ts.prio)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
 )
 
@@ -102,6 +103,44 @@ func TestDispatchRateCoversTheReplay(t *testing.T) {
 	}
 	if d.RateLimited(pg) == 0 {
 		t.Error("no grant was held back by the rate")
+	}
+}
+
+// A pair's rate holds from the start-up scan whatever events it finds of
+// the tenant: only high-priority ones, or only a replay's, with none of
+// its normal events, whose state meters the rate.
+func TestDispatchRateWithoutNormalEvents(t *testing.T) {
+	t.Parallel()
+	const rate, n = 200, 800
+	for _, tc := range []struct {
+		name    string
+		publish func(e *env)
+	}{
+		{"high", func(e *env) { e.publishOf("paced", events.PriorityHigh, n) }},
+		{"replay", func(e *env) {
+			old := e.publish("paced", n)
+			if err := e.st.SetCursor(e.ctx, "paced", pg, old[len(old)-1]+1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "paced", Dest: pg, From: old[0], Rate: tenancy.ReplayUnthrottled}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, time.Minute)
+			e.tenant("paced", 1, 100, pg)
+			tc.publish(e)
+			if err := e.st.SetDestRate(e.ctx, "paced", pg, rate); err != nil {
+				t.Fatal(err)
+			}
+			var log commitLog
+			e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+			e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 50, PollInterval: time.Hour}, log.hook)
+			e.waitFor("the events dispatched", func() bool { got, _, _ := log.total(); return got >= n })
+			log.checkRate(t, rate)
+		})
 	}
 }
 
