@@ -98,14 +98,12 @@ type tenantState struct {
 	// since found its slot limit.
 	hold uint64
 	held bool
-	// unseeded: the state's cursor, weight and rate are on their way,
-	// and its backlog stays out of the rounds until they are in; the
-	// doorbell indexes its events meanwhile, and the tenant's other
-	// priorities, and its replay lane, are served. Either the start-up
-	// scan found events of the tenant of this priority and has yet to
-	// finish its probes (survey.gate): a probe seeds the state, and every
-	// probe done opens it (survey.open); or the doorbell created the
-	// state after the scan: firstSight loads it and opens it (learned).
+	// unseeded: the start-up scan found events of the tenant of this
+	// priority and has yet to finish its probes (survey.gate): the
+	// doorbell indexes its events, a probe seeds the state, and its
+	// backlog stays out of the rounds until every probe is done
+	// (survey.open). The tenant's other priorities, and its replay lane,
+	// are served meanwhile.
 	unseeded bool
 	// backWaited: the last short grant from the backfill's part of the
 	// index was held back for it to deliver more (waitForBackfill); the
@@ -459,10 +457,7 @@ func (x *destination) bell(tenant string, p events.Priority, seq uint64, at time
 		ts.live.addBody(seq, at, body, indexMaxRuns)
 	}
 	if ts.cursor == 0 && ts.sighted == nil && !ts.unseeded && !x.replay && x.d.sight != nil && x.d.owns(tenant, x.name) {
-		// Out of the rounds until firstSight has loaded it (learned): a
-		// grant now would wait for the load holding a grant's place.
 		ts.sighted = x.d.sight.add(x, ts)
-		ts.unseeded = ts.sighted != nil
 	}
 	ts.bells++
 	if seq > ts.lastSeq {

@@ -130,7 +130,6 @@ type hooks struct {
 	takeOver       func(parts []int)                       // partitions gained are about to be scanned and read
 	backfill       func(parts []int, over <-chan struct{}) // a backfill of parts started; over closes when it is
 	probe          func(tenant string)                     // a scan is about to count tenant's backlog
-	sight          func(tenants []string)                  // first sight is about to load tenants' pairs
 }
 
 // New returns a Dispatcher. It does nothing until Run.

@@ -19,7 +19,6 @@ func (d *Dispatcher) SetFeedHeld(f func(n int))                   { d.hooks.feed
 func (d *Dispatcher) SetAtLimit(f func(scheduler.Key))            { d.hooks.atLimit = f }
 func (d *Dispatcher) SetTakeOver(f func(parts []int))             { d.hooks.takeOver = f }
 func (d *Dispatcher) SetProbe(f func(tenant string))              { d.hooks.probe = f }
-func (d *Dispatcher) SetSight(f func(tenants []string))           { d.hooks.sight = f }
 func (d *Dispatcher) SetBackfill(f func(parts []int, over <-chan struct{})) {
 	d.hooks.backfill = f
 }

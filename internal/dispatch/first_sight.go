@@ -15,10 +15,9 @@ import (
 // load those for the tenants they count. firstSight loads them for the
 // new states, those of many tenants in one query, so that a tenant first
 // seen while thousands appear at once is scheduled at its own weight and
-// dispatched at its own rate from its first events. Such a state stays
-// out of the rounds until its query is in (tenantState.unseeded), so no
-// grant spends a round trip of its own on its cursor, nor holds a grant's
-// place while the query runs.
+// dispatched at its own rate from its first events, and its first grant
+// waits for one query shared with the others rather than spending a
+// round trip of its own on its cursor.
 type firstSight struct {
 	mu     sync.Mutex
 	queued map[*destination]*sightBatch
@@ -92,11 +91,10 @@ func (d *Dispatcher) sightLoop(ctx context.Context) {
 }
 
 // learn loads the pair states of x's states and applies them (learned).
-// After an error the states go into the rounds as they are, where a grant
-// reads its cursor itself, and their next event queues them again. A
-// tenant id that is not one (a subject published around the publishers'
-// checks) is left to its grant, whose read of the cursor fails and sets
-// it aside, rather than fail the others' load.
+// After an error the states stay as they were and are queued again by
+// their next event. A tenant id that is not one (a subject published
+// around the publishers' checks) is left to its grant, whose read of the
+// cursor fails and sets it aside, rather than fail the others' load.
 func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenantState) {
 	tenants := make([]string, 0, len(states))
 	for _, ts := range states {
@@ -108,11 +106,7 @@ func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenant
 	x.mu.Lock()
 	asOf := loadedAsOf{grants: x.grants, seeds: x.seeds}
 	x.mu.Unlock()
-	tenants = slices.Compact(tenants)
-	if h := d.hooks.sight; h != nil {
-		h(tenants)
-	}
-	pss, err := d.st.PairStatesOf(ctx, x.name, tenants)
+	pss, err := d.st.PairStatesOf(ctx, x.name, slices.Compact(tenants))
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("loading new tenants' pairs failed; their grants read their cursors", "dest", x.name, "tenants", len(tenants), "err", err)
@@ -121,10 +115,8 @@ func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenant
 		x.mu.Lock()
 		for _, ts := range states {
 			ts.sighted = nil
-			x.open(ts)
 		}
 		x.mu.Unlock()
-		x.kick()
 		return
 	}
 	x.learned(states, pss, asOf)
@@ -138,8 +130,9 @@ type loadedAsOf struct{ grants, seeds uint64 }
 // learned applies the pair states pss, read from PostgreSQL as of asOf,
 // to states: the weight and rate of the tenant's every state in x (the
 // rate is metered on its normal events' state, rateBudget) unless a seed
-// set them since, and the state's cursor unless a grant set it since;
-// then it puts the states into the rounds (open).
+// set them since, and the state's cursor unless a grant set it since. (A
+// grant in flight from cursor 0 waits for this load, or reads the cursor
+// itself; its outcome sets the cursor either way.)
 func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, asOf loadedAsOf) {
 	byTenant := make(map[string]tenancy.PairState, len(pss))
 	for _, ps := range pss {
@@ -147,24 +140,21 @@ func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, as
 	}
 	x.mu.Lock()
 	for _, ts := range states {
-		// Not loaded (an invalid tenant id): its grant reads the cursor.
-		if ps, ok := byTenant[ts.tenant]; ok {
-			x.setPairOf(ps, func(s *tenantState) bool { return s.seededAt <= asOf.seeds })
-			if ts.cursor == 0 && ts.setAt <= asOf.grants {
-				ts.cursor = ps.NextFor(ts.prio)
-				x.forgetBelow(ts, ts.cursor)
-			}
+		ps, ok := byTenant[ts.tenant]
+		if !ok {
+			continue // its grant reads the cursor
 		}
-		x.open(ts)
+		x.setPairOf(ps, func(s *tenantState) bool { return s.seededAt <= asOf.seeds })
+		backlog := ts.backlog
+		if ts.cursor == 0 && ts.setAt <= asOf.grants {
+			ts.cursor = ps.NextFor(ts.prio)
+			x.forgetBelow(ts, ts.cursor)
+			backlog = x.waiting(ts) // counted from the cursor now
+		}
+		if !ts.unseeded {
+			x.setBacklog(ts, backlog) // and its weight
+		}
 	}
 	x.mu.Unlock()
 	x.kick()
-}
-
-// open puts ts, kept out of the rounds while firstSight loaded it, into
-// them, with its backlog counted from its cursor, and its weight; x.mu
-// must be held.
-func (x *destination) open(ts *tenantState) {
-	ts.unseeded = false
-	x.setBacklog(ts, x.waiting(ts))
 }
