@@ -356,9 +356,9 @@ func (d *Dispatcher) startLoop(x *destination) {
 			var logged bool
 			x.win.run(d.loopCtx, x.kick, func(err error) {
 				d.m.errors.WithLabelValues(x.name, "work window").Inc()
-				if !logged {
+				if !logged && x.win.opened() {
 					logged = true
-					d.log.Warn("cannot read the sinks' consumer on WORK; what waits there is not bounded", "dest", x.name, "err", err)
+					d.log.Warn("cannot read the sinks' consumer on WORK; what waits there is not bounded until it can", "dest", x.name, "err", err)
 				}
 			})
 		})

@@ -40,9 +40,9 @@ import (
 // took it) held none of them. A look that cannot read the consumer (a
 // timeout under load) changes nothing; once looks have failed for
 // workWindowOpenAfter (a NATS user without $JS.API.CONSUMER.INFO.WORK.>,
-// say), the window opens, as if WORK were empty: what is published waits
-// for the sinks as it would without a window, until a look reads the
-// consumer again. An unreadable consumer is reported.
+// say), the window opens: every grant may begin, and what is published
+// waits for the sinks as it would without a window, until a look reads
+// the consumer again. An unreadable consumer is reported.
 type workWindow struct {
 	js       jetstream.JetStream
 	consumer string
@@ -61,8 +61,11 @@ type workWindow struct {
 	noSink   bool          // the consumer did not exist at the last look
 	lookedAt time.Time     // when the last look was
 	// failingSince is when the looks began to fail; zero while the last
-	// one read the consumer (or found it missing).
+	// one read the consumer (or found it missing). open: they have
+	// failed for workWindowOpenAfter, and every grant may begin until a
+	// look reads the consumer.
 	failingSince time.Time
+	open         bool
 	reserved     int  // items grants in flight may still publish
 	full         bool // a grant was held back since the last look
 }
@@ -83,8 +86,10 @@ const (
 	workWindowEvery       = 20 * time.Millisecond
 	workWindowNoSinkEvery = time.Second
 	// workWindowOpenAfter is how long looks must fail before the window
-	// opens.
+	// opens; a look more than workWindowFailGap after the one before
+	// begins a new run of failures.
 	workWindowOpenAfter = 5 * time.Second
+	workWindowFailGap   = 3 * time.Second
 )
 
 func newWorkWindow(js jetstream.JetStream, dest string, grant int, noSinkBytes int64, m *metrics) *workWindow {
@@ -116,6 +121,9 @@ func (w *workWindow) room() bool {
 // roomLocked is room's test; w.mu must be held. Without a sink it is one
 // of bytes, and one grant in flight at most beyond them.
 func (w *workWindow) roomLocked() bool {
+	if w.open {
+		return true
+	}
 	if w.noSink {
 		return w.noSinkBytes < 0 || (w.bytes < w.noSinkBytes && w.reserved < w.grant)
 	}
@@ -194,25 +202,25 @@ func (w *workWindow) look(ctx context.Context) (room bool, err error) {
 	defer w.mu.Unlock()
 	full := w.full
 	w.full = false
-	now := time.Now()
+	now, prev := time.Now(), w.lookedAt
 	w.lookedAt = now
 	if err != nil && !noSink {
 		// A look that fails (a timeout under load, a NATS reconnect) says
 		// nothing about WORK: the window keeps what it knew. Only looks
-		// failing for workWindowOpenAfter open it: a NATS user without
-		// the permission sees timeouts too, and must not be held back
-		// for good.
-		if w.failingSince.IsZero() {
+		// failing one after the other for workWindowOpenAfter open it: a
+		// NATS user without the permission sees timeouts too, and must
+		// not be held back for good.
+		if w.failingSince.IsZero() || now.Sub(prev) > workWindowFailGap {
 			w.failingSince = now
 		}
 		if now.Sub(w.failingSince) >= workWindowOpenAfter {
-			w.noSink = false
-			w.dropWaiting(func(waitingItem) bool { return true }) // open
+			w.open, w.noSink = true, false
+			w.dropWaiting(func(waitingItem) bool { return true })
 		}
 		w.waitingG.Set(float64(len(w.waiting)))
 		return w.roomLocked(), err
 	}
-	w.failingSince = time.Time{}
+	w.failingSince, w.open = time.Time{}, false
 	w.noSink = noSink
 	switch {
 	case noSink:
@@ -258,6 +266,13 @@ func (w *workWindow) dropKnown(n int, gone func(waitingItem) bool) {
 		return false
 	})
 	w.waiting = append(kept, w.waiting[n:]...)
+}
+
+// opened says the looks have failed long enough to open the window.
+func (w *workWindow) opened() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.open
 }
 
 // idle says the window has nothing to learn from the consumer: none of

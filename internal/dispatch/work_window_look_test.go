@@ -94,19 +94,35 @@ func TestWorkWindowKeepsStateWhenALookFails(t *testing.T) {
 		t.Fatalf("a failing look left %d items waiting (sinkless %v), want the %d it knew", len(w.waiting), w.sinkless(), full)
 	}
 
+	// A failure long ago, with no look since, begins no run of
+	// failures: this one is the first of a new run.
+	w.mu.Lock()
+	w.failingSince, w.lookedAt = time.Now().Add(-time.Hour), time.Now().Add(-time.Hour)
+	w.mu.Unlock()
+	if room, err := w.look(ctx); err == nil || room {
+		t.Fatalf("failing look an hour after the last failure: room %v, err %v; want no room and the error", room, err)
+	}
+
 	w.mu.Lock()
 	w.failingSince = time.Now().Add(-workWindowOpenAfter)
 	w.mu.Unlock()
 	if room, err := w.look(ctx); err == nil || !room {
 		t.Fatalf("look after failing for %v: room %v, err %v; want room and the error", workWindowOpenAfter, room, err)
 	}
-
-	fj.fail.Store(false)
+	// Open, it lets every grant begin, however many items go out.
 	fill()
-	if room, err := w.look(ctx); err != nil || room {
-		t.Fatalf("first look that reads again, with the window full: room %v, err %v; want no room", room, err)
+	fill()
+	if !w.room() {
+		t.Fatalf("no room in the opened window with %d items published since", len(w.waiting))
 	}
-	if !w.failingSince.IsZero() {
-		t.Fatal("a look that read the consumer left the failure's start")
+
+	// The first look that reads closes it again, counting what went out
+	// while it was open.
+	fj.fail.Store(false)
+	if room, err := w.look(ctx); err != nil || room {
+		t.Fatalf("first look that reads again, with %d items waiting: room %v, err %v; want no room", len(w.waiting), room, err)
+	}
+	if !w.failingSince.IsZero() || w.opened() {
+		t.Fatal("a look that read the consumer left the window open or the failure's start")
 	}
 }
