@@ -139,7 +139,7 @@ type tenantState struct {
 	fresh bool
 	// sighted: queued for firstSight to load its cursor, weight and
 	// rate; closed once it has. seededAt: destination.seeds when a seed
-	// last set its weight and rate.
+	// or a first-sight load last set its weight and rate (setPairOf).
 	sighted  <-chan struct{}
 	seededAt uint64
 	back     seqIndex // sequences the backfill delivered (its partition's partRead.backFrom up to live-1)
@@ -178,10 +178,12 @@ type tenantState struct {
 func (ts *tenantState) setPair(p tenancy.PairState) { ts.weight, ts.rate = max(p.Weight, 1), p.Rate }
 
 // setPairOf sets p's weight and rate on every state of p's tenant in x
-// and on the state whose limiter meters the pair's rate (rateBudget),
-// where fresh says p is newer than what the state has, and marks them
-// seeded at x.seeds; x.mu must be held. A tenant whose first events are
-// of one priority has its rate metered, and capped, all the same.
+// and, in a live lane, on its normal events' state, whose limiter meters
+// the pair's rate (rateBudget), where fresh says p is newer than what the
+// state has, and marks them seeded at x.seeds; x.mu must be held. A
+// tenant whose first events are all of one priority has its rate
+// metered, and capped, all the same. (A replay's grants are metered on
+// the live lane's state, which the live lane's own seed sets.)
 func (x *destination) setPairOf(p tenancy.PairState, fresh func(*tenantState) bool) {
 	for _, s := range append(x.lanesOf(p.Tenant), x.state(p.Tenant)) {
 		if fresh(s) {

@@ -106,42 +106,23 @@ func TestDispatchRateCoversTheReplay(t *testing.T) {
 	}
 }
 
-// A pair's rate holds from the start-up scan whatever events it finds of
-// the tenant: only high-priority ones, or only a replay's, with none of
-// its normal events, whose state meters the rate.
+// A pair's rate holds from the start-up scan for a tenant whose events
+// there are all high priority: the rate is metered on its normal events'
+// state, which none of them seeds.
 func TestDispatchRateWithoutNormalEvents(t *testing.T) {
 	t.Parallel()
 	const rate, n = 200, 800
-	for _, tc := range []struct {
-		name    string
-		publish func(e *env)
-	}{
-		{"high", func(e *env) { e.publishOf("paced", events.PriorityHigh, n) }},
-		{"replay", func(e *env) {
-			old := e.publish("paced", n)
-			if err := e.st.SetCursor(e.ctx, "paced", pg, old[len(old)-1]+1); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.st.Rewind(e.ctx, tenancy.Rewind{Tenant: "paced", Dest: pg, From: old[0], Rate: tenancy.ReplayUnthrottled}); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, time.Minute)
-			e.tenant("paced", 1, 100, pg)
-			tc.publish(e)
-			if err := e.st.SetDestRate(e.ctx, "paced", pg, rate); err != nil {
-				t.Fatal(err)
-			}
-			var log commitLog
-			e.startSink(pg, 4, nil, func() time.Duration { return 0 })
-			e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 50, PollInterval: time.Hour}, log.hook)
-			e.waitFor("the events dispatched", func() bool { got, _, _ := log.total(); return got >= n })
-			log.checkRate(t, rate)
-		})
+	e := setup(t, time.Minute)
+	e.tenant("paced", 1, 100, pg)
+	e.publishOf("paced", events.PriorityHigh, n)
+	if err := e.st.SetDestRate(e.ctx, "paced", pg, rate); err != nil {
+		t.Fatal(err)
 	}
+	var log commitLog
+	e.startSink(pg, 4, nil, func() time.Duration { return 0 })
+	e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: 50, PollInterval: time.Hour}, log.hook)
+	e.waitFor("the events dispatched", func() bool { got, _, _ := log.total(); return got >= n })
+	log.checkRate(t, rate)
 }
 
 // commitLog records when each grant committed and how many events
