@@ -26,24 +26,24 @@ var freePorts struct {
 	given map[int]bool // ports this process handed out
 }
 
+// freePortsMin is the fewest ports the ranges must hold below the
+// ephemeral range for FreePort to draw from them.
+const freePortsMin = 1000
+
 // FreePort returns a loopback TCP port nothing listens on right now, for
-// a process the test starts to listen on. It never returns the same port
-// twice in one test binary. Where the ephemeral range leaves fewer than
-// 1000 ports below it, it returns one the kernel picks, as a port-0
-// listener gets.
+// a process the test starts to listen on. From freePortRanges it never
+// returns the same port twice in one test binary. Where the ephemeral
+// range leaves fewer than freePortsMin of them below it (portRanges is
+// empty), it returns one the kernel picks, as a port-0 listener gets.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ranges := portRanges(ephemeralLow())
-	n := 0
-	for _, r := range ranges {
-		n += r[1] - r[0]
-	}
+	ranges, n := portRanges(ephemeralLow())
 	freePorts.Lock()
 	defer freePorts.Unlock()
 	if freePorts.given == nil {
 		freePorts.given = map[int]bool{}
 	}
-	for try := 0; n >= 1000 && try < 1000; try++ {
+	for try := 0; n > 0 && try < 1000; try++ {
 		port := nth(ranges, rand.IntN(n))
 		if freePorts.given[port] || !bindable(port) {
 			continue
@@ -60,19 +60,22 @@ func FreePort(t testing.TB) int {
 }
 
 // portRanges returns freePortRanges cut at the ephemeral range's start
-// low, without the empty ones.
-func portRanges(low int) [][2]int {
-	var out [][2]int
+// low, without the empty ones, and how many ports they hold; none when
+// that is fewer than freePortsMin.
+func portRanges(low int) (ranges [][2]int, n int) {
 	for _, r := range freePortRanges {
 		hi := r[1]
 		if hi == 0 || hi > low {
 			hi = low
 		}
 		if r[0] < hi {
-			out = append(out, [2]int{r[0], hi})
+			ranges, n = append(ranges, [2]int{r[0], hi}), n+hi-r[0]
 		}
 	}
-	return out
+	if n < freePortsMin {
+		return nil, 0
+	}
+	return ranges, n
 }
 
 // nth returns the i-th port of ranges.
@@ -95,8 +98,9 @@ func bindable(port int) bool {
 	return true
 }
 
-// ephemeralLow is the first port of the kernel's ephemeral range.
-func ephemeralLow() int {
+// ephemeralLow is the first port of the kernel's ephemeral range, read
+// once.
+var ephemeralLow = sync.OnceValue(func() int {
 	var lo, hi int
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err == nil {
@@ -106,4 +110,4 @@ func ephemeralLow() int {
 		return ephemeralLowDefault
 	}
 	return lo
-}
+})

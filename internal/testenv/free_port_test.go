@@ -12,7 +12,7 @@ import (
 func TestFreePortOutsideEphemeralRange(t *testing.T) {
 	t.Parallel()
 	low := ephemeralLow()
-	if len(portRanges(low)) == 0 { // FreePort falls back to a port the kernel picks
+	if _, n := portRanges(low); n == 0 { // FreePort falls back to a port the kernel picks
 		if p := FreePort(t); !bindable(p) {
 			t.Fatalf("FreePort returned %d, which does not bind", p)
 		}
@@ -32,19 +32,22 @@ func TestFreePortOutsideEphemeralRange(t *testing.T) {
 	}
 }
 
-// The ranges are cut at the ephemeral range's start, whatever it is.
+// The ranges are cut at the ephemeral range's start, whatever it is, and
+// dropped when too few ports are left in them.
 func TestPortRanges(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		low  int
 		want [][2]int
+		n    int
 	}{
-		{32768, [][2]int{{20000, 25000}, {30000, 32768}}},
-		{27000, [][2]int{{20000, 25000}}},
-		{1024, nil},
+		{32768, [][2]int{{20000, 25000}, {30000, 32768}}, 7768},
+		{27000, [][2]int{{20000, 25000}}, 5000},
+		{20500, nil, 0},
+		{1024, nil, 0},
 	} {
-		if got := portRanges(c.low); !slices.Equal(got, c.want) {
-			t.Fatalf("portRanges(%d) = %v, want %v", c.low, got, c.want)
+		if got, n := portRanges(c.low); !slices.Equal(got, c.want) || n != c.n {
+			t.Fatalf("portRanges(%d) = %v, %d; want %v, %d", c.low, got, n, c.want, c.n)
 		}
 	}
 }
