@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -27,8 +25,7 @@ func TestCursorsReset(t *testing.T) {
 	if _, err := migrate.Up(ctx, dsn); err != nil {
 		t.Fatal(err)
 	}
-	srv, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	srv, _, js := testenv.JetStream(t)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -254,11 +253,7 @@ func serveDeps(t *testing.T, ctx context.Context) (st *tenancy.Store, dsn, natsU
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, _, js := testenv.JetStream(t)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/pkg/events"
@@ -22,8 +20,7 @@ func TestQuotaCommands(t *testing.T) {
 	if _, err := migrate.Up(ctx, dsn); err != nil {
 		t.Fatal(err)
 	}
-	srv, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	srv, _, js := testenv.JetStream(t)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -304,8 +304,7 @@ func TestConnectNATSKeepsReconnecting(t *testing.T) {
 // server replaced by one with an empty store.
 func TestKeepStream(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	_, _, js := testenv.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ensure := func(ctx context.Context) error {

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -60,11 +59,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := testenv.JetStream(t)
 	for _, ensure := range []func() error{
 		func() error { _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); return err },
 		func() error { _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); return err },

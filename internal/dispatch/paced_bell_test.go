@@ -18,11 +18,7 @@ import (
 // consumer.
 func TestDoorbellClosedOnlyWhenStopped(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := testenv.JetStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {

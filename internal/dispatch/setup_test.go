@@ -65,11 +65,7 @@ func setupWithin(t *testing.T, ttl, deadline time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js := testenv.JetStream(t)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -34,11 +34,7 @@ func (f *failingConsumers) Consumer(ctx context.Context, stream, name string) (j
 // reads closes it again.
 func TestWorkWindowKeepsStateWhenALookFails(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, js := testenv.JetStream(t)
 	ctx := context.Background()
 	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{}); err != nil {
 		t.Fatal(err)

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fairwayhq/fairway/internal/ingest"
 	"github.com/fairwayhq/fairway/internal/migrate"
 	"github.com/fairwayhq/fairway/internal/testenv"
@@ -55,8 +53,7 @@ func TestImportResumesAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	_, _, js := testenv.JetStream(t)
 	stream, err := events.EnsureStream(ctx, js, events.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -52,11 +52,7 @@ func setupDeps(t testing.TB, cfg ingest.Config, change func(*ingest.Deps)) *fixt
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := testenv.JetStream(t)
 	stream, err := events.EnsureStream(ctx, js, events.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

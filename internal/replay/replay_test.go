@@ -33,8 +33,7 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	store, _ := tenancy.New(pool, &tenancy.Config{DefaultMaxSlots: 100})
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	_, nc, js := testenv.JetStream(t)
 	stream, err := events.EnsureStream(ctx, js, events.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

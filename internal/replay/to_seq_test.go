@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
@@ -125,8 +124,7 @@ func TestReplayToSeqThroughThePipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	store, _ := tenancy.New(pool, nil)
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	_, nc, js := testenv.JetStream(t)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -206,11 +206,7 @@ func setupServers(t *testing.T, c events.StreamConfig) (*tenancy.Store, *nats.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := testenv.JetStream(t)
 	if _, err := events.EnsureStream(ctx, js, c); err != nil {
 		t.Fatal(err)
 	}

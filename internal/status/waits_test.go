@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
@@ -42,8 +41,7 @@ func TestRowsSayRetryingAndCircuitOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	_, nc, js := testenv.JetStream(t)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}

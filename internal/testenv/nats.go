@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATS starts an embedded JetStream server on a free loopback port with its
@@ -20,6 +21,17 @@ func NATS(t testing.TB) (*server.Server, *nats.Conn) {
 	}
 	t.Cleanup(nc.Close)
 	return srv, nc
+}
+
+// JetStream is NATS with a JetStream context on its connection.
+func JetStream(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, nc := NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return srv, nc, js
 }
 
 // NATSServer starts an embedded JetStream server storing into dir. It is shut

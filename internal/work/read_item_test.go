@@ -313,11 +313,7 @@ func publishFor(t *testing.T, pub *events.Publisher, n int, tenants []string) ([
 // stream exists, without direct gets and partitions, for its info.
 func TestReadItemServerWithoutNoHdr(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := testenv.JetStream(t)
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OLD", Subjects: []string{"old.>"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -28,11 +28,7 @@ func TestWorkStreamStorage(t *testing.T) {
 		{name: "file asked again", first: work.StorageFile, then: work.StorageFile, want: jetstream.FileStorage},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, nc := testenv.NATS(t)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, _, js := testenv.JetStream(t)
 			s, err := work.EnsureStream(ctx, js, work.StreamConfig{Storage: c.first})
 			if err != nil {
 				t.Fatal(err)
@@ -55,11 +51,7 @@ func TestWorkStreamStorage(t *testing.T) {
 			}
 		})
 	}
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, js := testenv.JetStream(t)
 	if _, err := work.EnsureStream(ctx, js, work.StreamConfig{Storage: "disk"}); err == nil {
 		t.Fatal(`storage "disk" accepted`)
 	}

@@ -69,8 +69,7 @@ func TestItemValidate(t *testing.T) {
 // under the same lease is a duplicate the stream drops.
 func TestWorkStreamDedup(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, _ := jetstream.New(nc)
+	_, _, js := testenv.JetStream(t)
 	ctx := context.Background()
 	s, err := work.EnsureStream(ctx, js, work.StreamConfig{})
 	if err != nil {
@@ -198,11 +197,7 @@ func TestReaderReadsOneTenantInOrder(t *testing.T) {
 // returns a connection to it, the stream and a publisher.
 func products(t *testing.T) (*nats.Conn, jetstream.Stream, *events.Publisher) {
 	t.Helper()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := testenv.JetStream(t)
 	stream, err := events.EnsureStream(context.Background(), js, events.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,11 +19,7 @@ import (
 // bare starts an embedded JetStream server with no stream.
 func bare(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := testenv.JetStream(t)
 	return nc, js
 }
 

@@ -24,11 +24,7 @@ func TestStreamConfigWithDefaults(t *testing.T) {
 
 func TestEnsureStream(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := testenv.JetStream(t)
 	ctx := context.Background()
 	s, err := EnsureStream(ctx, js, StreamConfig{})
 	if err != nil {
@@ -106,11 +102,7 @@ func TestEnsureStream(t *testing.T) {
 
 func TestEnsureStreamInvalid(t *testing.T) {
 	t.Parallel()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, js := testenv.JetStream(t)
 	for name, c := range map[string]StreamConfig{
 		"dotted name":          {Name: "A.B"},
 		"wildcard name":        {Name: "A*"},
