@@ -40,6 +40,8 @@ PG_DEFAULT_URL='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
 # Below Linux's ephemeral range (32768-60999 by default): a port there can be
 # taken as the local end of any outgoing connection between our check and the
 # server's bind ("Address already in use", seen with a busy test run).
+# And within 25000-29999, which the tests' testenv.FreePort never hands out
+# (TestFreePortSkipsPrivateServicesPorts).
 PG_PORT_FIRST=25432
 CH_TCP_FIRST=29000
 CH_HTTP_FIRST=28123

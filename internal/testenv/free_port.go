@@ -14,7 +14,8 @@ import (
 // a listener on port 0 is never one of them, so a port FreePort returned
 // stays free until the process it is meant for binds it, unless another
 // test process drew the same one. They skip 25000-29999, where
-// scripts/dev-services.sh starts its private servers.
+// scripts/dev-services.sh starts its private servers
+// (TestFreePortSkipsPrivateServicesPorts).
 var freePortRanges = [][2]int{{20000, 25000}, {30000, 0}} // 0: up to the ephemeral range
 
 // ephemeralLowDefault is Linux's default start of the ephemeral range,

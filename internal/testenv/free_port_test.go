@@ -1,7 +1,11 @@
 package testenv
 
 import (
+	"cmp"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -48,6 +52,31 @@ func TestPortRanges(t *testing.T) {
 	} {
 		if got, n := portRanges(c.low); !slices.Equal(got, c.want) || n != c.n {
 			t.Fatalf("portRanges(%d) = %v, %d; want %v, %d", c.low, got, n, c.want, c.n)
+		}
+	}
+}
+
+// The first ports scripts/dev-services.sh tries for its private servers
+// lie in the gap FreePort skips, with room above each for the next ones it
+// tries when a port is taken: a test's port and a private server's never
+// collide.
+func TestFreePortSkipsPrivateServicesPorts(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile("../../scripts/dev-services.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	firsts := regexp.MustCompile(`(?m)^([A-Z_]+_FIRST)=(\d+)$`).FindAllStringSubmatch(string(script), -1)
+	if len(firsts) == 0 {
+		t.Fatal("scripts/dev-services.sh sets no *_FIRST port")
+	}
+	const room = 100 // ports above the first that the script may try
+	for _, m := range firsts {
+		first, _ := strconv.Atoi(m[2])
+		for _, r := range freePortRanges {
+			if end := cmp.Or(r[1], 65536); first+room > r[0] && first < end {
+				t.Errorf("dev-services.sh's %s=%d (and the %d ports above it) overlaps FreePort's range %d-%d", m[1], first, room, r[0], end-1)
+			}
 		}
 	}
 }
