@@ -367,28 +367,29 @@ func (s *sink) snapshot() []work.Item {
 
 // events counts the events the sink's items cover for a tenant, every
 // application counted (a replay's applies them again).
-func (s *sink) events(tenant string) int {
-	n := 0
-	for _, it := range s.snapshot() {
-		if it.Tenant == tenant {
-			n += it.Count
-		}
-	}
-	return n
-}
+func (s *sink) events(tenant string) int { return s.count(tenant, false) }
 
 // distinct is events counting a range applied again under a new token
 // (an orphan re-dispatched) once, so that a wait for every event is not
 // ended early by duplicates.
-func (s *sink) distinct(tenant string) int {
+func (s *sink) distinct(tenant string) int { return s.count(tenant, true) }
+
+// count counts the events of tenant's items, each range once if once.
+func (s *sink) count(tenant string, once bool) int {
 	n := 0
 	seen := map[string]bool{}
 	for _, it := range s.snapshot() {
-		id := fmt.Sprintf("%s/%d-%d", it.Dest, it.FromSeq, it.ToSeq)
-		if it.Tenant == tenant && !seen[id] {
-			seen[id] = true
-			n += it.Count
+		if it.Tenant != tenant {
+			continue
 		}
+		if once {
+			id := fmt.Sprintf("%s/%d-%d", it.Dest, it.FromSeq, it.ToSeq)
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+		}
+		n += it.Count
 	}
 	return n
 }
