@@ -23,7 +23,11 @@ const groupTimeout = 10 * time.Second
 // less than busyGap before, and carried more than one call or left others
 // queued), a leader first lingers for company, as PostgreSQL's
 // commit_delay does with commit_siblings: up to linger, or until max calls
-// wait, never past a queued call's deadline. A call after a quiet spell,
+// wait, never past a queued call's deadline, and no longer than
+// lingerGap after the last call joined. Callers that come back in a burst
+// (the grants a statement ended, starting again) then go together as soon
+// as the burst is in, rather than wait out linger for calls that cannot
+// come while every caller already waits. A call after a quiet spell,
 // or from a caller that calls again and again alone, runs at once, so a
 // lone call costs what it did alone.
 //
@@ -42,6 +46,7 @@ type grouper[A, R any] struct {
 	last    time.Time     // when the last statement began
 	company bool          // the last statement carried several calls or left some queued
 	full    chan struct{} // buffered: max calls wait, a lingering leader goes
+	joined  chan struct{} // buffered: a call queued while a leader lingers
 	// statements and calls count what the group ran (Store.ReleaseStats,
 	// Store.DispatchStats).
 	statements, calls int
@@ -73,6 +78,12 @@ func (g *grouper[A, R]) do(ctx context.Context, arg A) (res R, ok bool) {
 	if len(g.queue) == g.max && g.full != nil {
 		select {
 		case g.full <- struct{}{}:
+		default:
+		}
+	}
+	if !lead && g.joined != nil {
+		select {
+		case g.joined <- struct{}{}:
 		default:
 		}
 	}
@@ -178,6 +189,10 @@ func (g *grouper[A, R]) runNext(ctx context.Context) {
 	g.mu.Unlock()
 }
 
+// lingerGap is how long a lingering leader waits for the next call once
+// one has joined: calls that come often come closer together than this.
+func (g *grouper[A, R]) lingerGap() time.Duration { return g.linger / 4 }
+
 // busyGap is how recently the last statement must have begun for a
 // leader to linger: calls then come at least about every busyGap.
 func (g *grouper[A, R]) busyGap() time.Duration { return 4 * g.linger }
@@ -198,22 +213,33 @@ func (g *grouper[A, R]) lingerForCompany() {
 	}
 	wait := len(g.queue) < g.max && g.company && time.Since(g.last) < g.busyGap() && linger > 0
 	if g.full == nil {
-		g.full = make(chan struct{}, 1)
+		g.full, g.joined = make(chan struct{}, 1), make(chan struct{}, 1)
 	}
-	select { // a signal from an earlier fill
-	case <-g.full:
-	default:
+	for _, c := range []chan struct{}{g.full, g.joined} {
+		select { // a signal from before this leader lingers
+		case <-c:
+		default:
+		}
 	}
-	full := g.full
+	full, joined := g.full, g.joined
 	g.mu.Unlock()
 	if !wait {
 		return
 	}
-	t := time.NewTimer(linger)
+	t, idle := time.NewTimer(linger), time.NewTimer(min(g.lingerGap(), linger))
 	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-full:
+	defer idle.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case <-full:
+			return
+		case <-idle.C:
+			return
+		case <-joined:
+			idle.Reset(g.lingerGap())
+		}
 	}
 }
 

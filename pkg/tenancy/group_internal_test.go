@@ -28,7 +28,7 @@ func countingGroup(max int, linger, took time.Duration) (*grouper[int, int], fun
 // it a leader waits for several pairs.
 func TestGrouperLingersWhileBusy(t *testing.T) {
 	const pairs = 40
-	g, sizes := countingGroup(64, 10*time.Millisecond, time.Millisecond)
+	g, sizes := countingGroup(64, 20*time.Millisecond, time.Millisecond)
 	var wg sync.WaitGroup
 	for i := range 2 * pairs {
 		wg.Go(func() {
@@ -81,6 +81,28 @@ func TestGrouperFullGroupGoesAtOnce(t *testing.T) {
 	}
 	if got := sizes(); len(got) != 1 || got[0] != 4 {
 		t.Fatalf("statements %v, want one of 4 calls", got)
+	}
+}
+
+// TestGrouperGoesOnceTheBurstIsIn: callers that come back together (the
+// grants a statement ended, starting again) go as soon as no more join
+// for lingerGap, not at the end of the linger: fewer than max callers
+// exist, and all of them wait already.
+func TestGrouperGoesOnceTheBurstIsIn(t *testing.T) {
+	const linger = 2 * time.Second
+	g, sizes := countingGroup(64, linger, 0)
+	g.last, g.company = time.Now(), true // busy: the leader lingers
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { g.do(t.Context(), i) })
+	}
+	wg.Wait()
+	if d := time.Since(start); d >= linger*3/4 {
+		t.Fatalf("8 calls that came at once waited %v, want about lingerGap (%v), well under the linger (%v)", d, g.lingerGap(), linger)
+	}
+	if got := sizes(); len(got) != 1 || got[0] != 8 {
+		t.Fatalf("statements %v, want one of 8 calls", got)
 	}
 }
 
