@@ -22,6 +22,19 @@ func countingGroup(max int, linger, took time.Duration) (*grouper[int, int], fun
 	return g, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), sizes...) }
 }
 
+// callTogether makes n calls to g at once, g busy (its leader lingers),
+// and returns how long they took.
+func callTogether(t *testing.T, g *grouper[int, int], n int) time.Duration {
+	g.last, g.company = time.Now(), true
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { g.do(t.Context(), i) })
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
 // TestGrouperLingersWhileBusy sends calls two at a time, 2 ms apart, to a
 // grouper whose statements take 1 ms: without the linger a statement
 // carries the one or two calls that came while the one before ran, with
@@ -69,14 +82,7 @@ func TestGrouperLoneCallerRunsAtOnce(t *testing.T) {
 // calls wait, not at the end of the linger.
 func TestGrouperFullGroupGoesAtOnce(t *testing.T) {
 	g, sizes := countingGroup(4, time.Minute, 0)
-	g.last, g.company = time.Now(), true // busy: the leader lingers
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range 4 {
-		wg.Go(func() { g.do(t.Context(), i) })
-	}
-	wg.Wait()
-	if d := time.Since(start); d > 10*time.Second {
+	if d := callTogether(t, g, 4); d > 10*time.Second {
 		t.Fatalf("a full group waited %v", d)
 	}
 	if got := sizes(); len(got) != 1 || got[0] != 4 {
@@ -91,14 +97,7 @@ func TestGrouperFullGroupGoesAtOnce(t *testing.T) {
 func TestGrouperGoesOnceTheBurstIsIn(t *testing.T) {
 	const linger = 2 * time.Second
 	g, sizes := countingGroup(64, linger, 0)
-	g.last, g.company = time.Now(), true // busy: the leader lingers
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() { g.do(t.Context(), i) })
-	}
-	wg.Wait()
-	if d := time.Since(start); d >= linger*3/4 {
+	if d := callTogether(t, g, 8); d >= linger*3/4 {
 		t.Fatalf("8 calls that came at once waited %v, want about lingerGap (%v), well under the linger (%v)", d, g.lingerGap(), linger)
 	}
 	if got := sizes(); len(got) != 1 || got[0] != 8 {
