@@ -376,19 +376,18 @@ func (s *sink) distinct(tenant string) int { return s.count(tenant, true) }
 
 // count counts the events of tenant's items, each range once if once.
 func (s *sink) count(tenant string, once bool) int {
+	type rng struct {
+		dest     string
+		from, to uint64
+	}
 	n := 0
-	seen := map[string]bool{}
+	seen := map[rng]bool{}
 	for _, it := range s.snapshot() {
-		if it.Tenant != tenant {
+		r := rng{it.Dest, it.FromSeq, it.ToSeq}
+		if it.Tenant != tenant || once && seen[r] {
 			continue
 		}
-		if once {
-			id := fmt.Sprintf("%s/%d-%d", it.Dest, it.FromSeq, it.ToSeq)
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-		}
+		seen[r] = true
 		n += it.Count
 	}
 	return n
