@@ -94,7 +94,7 @@
 //     the share of its round's quantum a key will have spent once its
 //     next grant is served: what it spent, plus that grant (its backlog,
 //     at most MaxBatch and what is left of the quantum). One tier per
-//     doubling from under 1/64 to the whole quantum (eight tiers, each
+//     doubling from under 1/512 to the whole quantum (eleven tiers, each
 //     in arrival order), and Next serves the lowest tier first. When
 //     hundreds of tenants trickle in at once, every one of them is a new
 //     flow at every return and a round can outlast the whole flood; when

@@ -585,14 +585,22 @@ func (s *Scheduler) newFlowCredit(f *flow) bool {
 	return f.deficit >= 0
 }
 
-// newTiers is the number of tiers of the new-flows list.
-const newTiers = 8
+// newTierScale is the share of a quantum the first tier of the new-flows
+// list holds less of (1/512: under one event of the default quantum of
+// 500), and newTiers the number of tiers: one per doubling from there to
+// the whole quantum. The first tiers are as narrow as one event so that a
+// tenant with one event waiting goes before floods that became active a
+// moment earlier with two or three.
+const (
+	newTierScale = 512
+	newTiers     = 11
+)
 
 // newTier is the tier of the new-flows list f joins: the share of its
 // round's quantum it will have spent once its next grant is served (what
 // it spent so far plus that grant: its backlog, at most MaxBatch and what
-// is left of the quantum), in tiers of doubling width from under 1/64 to
-// the whole quantum. A tenant that comes back now and then with a few
+// is left of the quantum), in tiers of doubling width from under
+// 1/newTierScale to the whole quantum. A tenant that comes back now and then with a few
 // events is served before one that comes back as often with more, and
 // before a flood that has had nothing yet but would take a whole quantum:
 // the order of finishing tags in fair queuing (the share after the grant,
@@ -607,7 +615,7 @@ func (s *Scheduler) newTier(f *flow) int {
 		spent, q = 0, max(s.cfg.Quantum*int64(f.weight), 1)
 	}
 	next := min(f.backlog, int64(s.cfg.MaxBatch), max(q-spent, 1))
-	return min(bits.Len64(uint64((spent+next)*64/q)), newTiers-1)
+	return min(bits.Len64(uint64((spent+next)*newTierScale/q)), newTiers-1)
 }
 
 // newHead returns the lowest tier of the new-flows list that holds a
