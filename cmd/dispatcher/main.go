@@ -95,7 +95,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.Int64Var(&c.Dispatch.Quantum, "quantum", 0, "events a weight-1 tenant earns per round (default: the destination's batch size)")
 	fs.Int64Var(&c.Dispatch.Backfill, "backfill", dispatch.BackfillDefault, "most stream sequences replayed at start to index the existing backlog; negative: none")
 	c.MemoryLimit = MemoryLimitDefault
-	fs.Var(&c.MemoryLimit, "memory-limit", "soft limit of the process's memory for Go's garbage collector (as GOMEMLIMIT, which wins when set and this flag is not given); the index of waiting events takes about 30 bytes an event per destination beside --body-budget; 0: Go's default")
+	fs.Var(&c.MemoryLimit, "memory-limit", "soft limit of the process's memory for Go's garbage collector (as GOMEMLIMIT, which wins when set and this flag is not given); the index of waiting events takes about 30 bytes an event per destination beside --body-budget; under a limit the collector runs at GOGC=200 unless GOGC is set; 0: Go's default")
 	fs.Int64Var(&c.Dispatch.BodyBudget, "body-budget", dispatch.BodyBudgetDefault, "bytes of event bodies held for work items to carry to the sinks (which then do not read PRODUCTS for them); negative: none")
 	fs.IntVar(&c.Dispatch.GrantBatches, "grant-batches", dispatch.GrantBatchesDefault, "most batches one grant dispatches in one read, one SQL statement and one publish round")
 	fs.IntVar(&c.Dispatch.ReplayRate, "replay-rate", dispatch.ReplayRateDefault, "events per second a replaying tenant is dispatched at per destination, unless its replay set a rate (fairway replay --rate); negative: unthrottled")

@@ -2,6 +2,8 @@ package bootstrap
 
 import (
 	"fmt"
+	"math"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -57,9 +59,22 @@ func (b *Bytes) Type() string { return "size" }
 // SetMemoryLimit gives Go's garbage collector a soft limit of limit bytes
 // for the whole process (runtime/debug.SetMemoryLimit, as GOMEMLIMIT
 // does): it collects more often as the heap nears the limit instead of
-// letting it grow to twice what is live. 0 leaves the runtime's setting.
+// letting it grow past it. 0 leaves the runtime's setting. While a limit
+// is in effect (this one or GOMEMLIMIT's) and GOGC is not set, the
+// collector runs at gcPercentUnderLimit.
 func SetMemoryLimit(limit int64) {
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}
+	if debug.SetMemoryLimit(-1) < math.MaxInt64 && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercentUnderLimit)
+	}
 }
+
+// gcPercentUnderLimit is the GC percent of a process with a memory limit:
+// between collections the heap may grow to three times what is live
+// rather than Go's default of twice, and the limit keeps it within the
+// memory the process was given. Fewer collections cost less CPU for the
+// same work; where the live heap nears the limit, the limit decides and
+// the percent does not matter.
+const gcPercentUnderLimit = 200
