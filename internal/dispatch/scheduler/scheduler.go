@@ -600,12 +600,12 @@ const (
 // round's quantum it will have spent once its next grant is served (what
 // it spent so far plus that grant: its backlog, at most MaxBatch and what
 // is left of the quantum), in tiers of doubling width from under
-// 1/newTierScale to the whole quantum. A tenant that comes back now and then with a few
-// events is served before one that comes back as often with more, and
-// before a flood that has had nothing yet but would take a whole quantum:
-// the order of finishing tags in fair queuing (the share after the grant,
-// not before it), as least-attained-service scheduling would order them,
-// at O(1) cost. A flow that has not had this round's quantum counts its
+// 1/newTierScale to the whole quantum. A tenant that comes back now and
+// then with a few events is served before one that comes back as often
+// with more, and before a flood that has had nothing yet but would take a
+// whole quantum: the order of finishing tags in fair queuing (the share
+// after the grant, not before it), as least-attained-service scheduling
+// would order them, at O(1) cost. A flow that has not had this round's quantum counts its
 // whole quantum as left. The backlog is in events and the quantum in the
 // cost unit: with cost counted in bytes the tiers are approximate, the
 // shares are not (the quantum decides those).
