@@ -352,16 +352,8 @@ func (d *Dispatcher) startLoop(x *destination) {
 		d.loops.Go(func() { l.run(d.loopCtx, d.workCtx) })
 	}
 	if x.win != nil {
-		d.loops.Go(func() {
-			var logged bool
-			x.win.run(d.loopCtx, x.kick, func(err error) {
-				d.m.errors.WithLabelValues(x.name, "work window").Inc()
-				if !logged && x.win.opened() {
-					logged = true
-					d.log.Warn("cannot read the sinks' consumer on WORK; what waits there is not bounded until it can", "dest", x.name, "err", err)
-				}
-			})
-		})
+		report := x.win.reporter(d.log, x.name, d.m.errors.WithLabelValues(x.name, "work window"))
+		d.loops.Go(func() { x.win.run(d.loopCtx, x.kick, report) })
 	}
 }
 

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -298,8 +299,9 @@ func (w *workWindow) consumerInfo(ctx context.Context) (*jetstream.ConsumerInfo,
 }
 
 // run looks every workWindowEvery, unless idle, and wakes the destination
-// when there is room, until ctx ends.
-func (w *workWindow) run(ctx context.Context, wake func(), onErr func(error)) {
+// when there is room, until ctx ends. onLook has each look's error (nil:
+// it read the consumer, or found it missing).
+func (w *workWindow) run(ctx context.Context, wake func(), onLook func(error)) {
 	t := time.NewTicker(workWindowEvery)
 	defer t.Stop()
 	for {
@@ -312,11 +314,33 @@ func (w *workWindow) run(ctx context.Context, wake func(), onErr func(error)) {
 			continue // nothing published or held back since: nothing to learn
 		}
 		room, err := w.look(ctx)
-		if err != nil && ctx.Err() == nil {
-			onErr(err)
+		if ctx.Err() == nil {
+			onLook(err)
 		}
 		if room {
 			wake()
+		}
+	}
+}
+
+// reporter returns run's onLook for destination dest: each failing look
+// counts in errs, and log has a warning each time the failures open the
+// window and a note when a look reads the consumer again after that, so
+// that every spell without a bound shows in the log, not only the first.
+func (w *workWindow) reporter(log *slog.Logger, dest string, errs prometheus.Counter) func(error) {
+	var warned bool // the window opened since the last look that read
+	return func(err error) {
+		if err == nil {
+			if warned {
+				warned = false
+				log.Info("reading the sinks' consumer on WORK again; what waits there is bounded again", "dest", dest)
+			}
+			return
+		}
+		errs.Inc()
+		if !warned && w.opened() {
+			warned = true
+			log.Warn("cannot read the sinks' consumer on WORK; what waits there is not bounded until it can", "dest", dest, "err", err)
 		}
 	}
 }
