@@ -588,12 +588,14 @@ func (s *Scheduler) newFlowCredit(f *flow) bool {
 // newTierScale is the share of a quantum the first tier of the new-flows
 // list holds less of (1/512: under one event of the default quantum of
 // 500), and newTiers the number of tiers: one per doubling from there to
-// the whole quantum. The first tiers are as narrow as one event so that a
-// tenant with one event waiting goes before floods that became active a
-// moment earlier with two or three.
+// the whole quantum, whose tier is bits.Len(newTierScale), the last. The
+// first tiers are as narrow as one event so that a tenant with one event
+// waiting goes before floods that became active a moment earlier with
+// two or three.
 const (
-	newTierScale = 512
-	newTiers     = 11
+	newTierBits  = 9
+	newTierScale = 1 << newTierBits
+	newTiers     = newTierBits + 2
 )
 
 // newTier is the tier of the new-flows list f joins: the share of its
@@ -605,10 +607,10 @@ const (
 // with more, and before a flood that has had nothing yet but would take a
 // whole quantum: the order of finishing tags in fair queuing (the share
 // after the grant, not before it), as least-attained-service scheduling
-// would order them, at O(1) cost. A flow that has not had this round's quantum counts its
-// whole quantum as left. The backlog is in events and the quantum in the
-// cost unit: with cost counted in bytes the tiers are approximate, the
-// shares are not (the quantum decides those).
+// would order them, at O(1) cost. A flow that has not had this round's
+// quantum counts its whole quantum as left. The backlog is in events and
+// the quantum in the cost unit: with cost counted in bytes the tiers are
+// approximate, the shares are not (the quantum decides those).
 func (s *Scheduler) newTier(f *flow) int {
 	spent, q := f.spent, f.quantum
 	if f.lastRound != s.round || q <= 0 {
