@@ -24,7 +24,7 @@ const groupTimeout = 10 * time.Second
 // queued), a leader first lingers for company, as PostgreSQL's
 // commit_delay does with commit_siblings: up to linger, or until max calls
 // wait, never past a queued call's deadline, and no longer than
-// lingerGap after the last call joined. Callers that come back in a burst
+// lingerGap after it began lingering or the last call joined. Callers that come back in a burst
 // (the grants a statement ended, starting again) then go together as soon
 // as the burst is in, rather than wait out linger for calls that cannot
 // come while every caller already waits. A call after a quiet spell,
@@ -189,8 +189,9 @@ func (g *grouper[A, R]) runNext(ctx context.Context) {
 	g.mu.Unlock()
 }
 
-// lingerGap is how long a lingering leader waits for the next call once
-// one has joined: calls that come often come closer together than this.
+// lingerGap is how long a lingering leader waits for a call to join, from
+// when it begins to linger and again after each call that joins: calls
+// that come often come closer together than this.
 func (g *grouper[A, R]) lingerGap() time.Duration { return g.linger / 4 }
 
 // busyGap is how recently the last statement must have begun for a
