@@ -415,9 +415,10 @@ func runFair(b *testing.B, ctx context.Context, cfg noisyConfig) noisyResult {
 	r.errs = sink.errs.Load()
 	readN, _ := reps.sum(b, "fairway_dispatcher_read_events_total")
 	refilled, _ := reps.sum(b, "fairway_dispatcher_bodies_refilled_total")
+	switches, _ := reps.sum(b, "fairway_dispatcher_doorbell_pull_changes_total")
 	r.orphans, _ = reps.sum(b, "fairway_dispatcher_recovered_total")
-	b.Logf("fairway: the items carried %d events; the sink read %d events without headers, %d with; grants by source %v, the dispatcher read %.0f events and refilled %.0f bodies",
-		sink.carried.Load(), sink.bare.Load(), sink.hdrs.Load(), reps.bySource(b), readN, refilled)
+	b.Logf("fairway: the items carried %d events; the sink read %d events without headers, %d with; grants by source %v, the dispatcher read %.0f events and refilled %.0f bodies; the doorbell changed its pull %.0f times",
+		sink.carried.Load(), sink.bare.Load(), sink.hdrs.Load(), reps.bySource(b), readN, refilled, switches)
 	if r.errs > 0 {
 		b.Errorf("fairway: %d sink errors", r.errs)
 	}
