@@ -91,13 +91,17 @@ type tenantState struct {
 	bells   uint64 // doorbell rings so far
 	// hold numbers the holds that keep the tenant out of the rounds after
 	// a grant that dispatched nothing (holdBack: a replay's rate, a wait
-	// for the backfill, an error); held says one is on. A hold ends at its
+	// for the backfill, an error) or, first seen, until its first-sight
+	// load is in (holdForSight); held says one is on. A hold ends at its
 	// own timer, at a release's wake-up (unblock) or, for the backfill,
 	// once the backfill rang enough; a timer whose hold has already ended
 	// does nothing, so it cannot put back in the rounds a tenant that has
 	// since found its slot limit.
 	hold uint64
 	held bool
+	// sightHold is the hold that keeps a tenant first seen out of the
+	// rounds until its first-sight load is in (holdForSight).
+	sightHold uint64
 	// unseeded: the start-up scan found events of the tenant of this
 	// priority and has yet to finish its probes (survey.gate): the
 	// doorbell indexes its events, a probe seeds the state, and its
@@ -459,7 +463,9 @@ func (x *destination) bell(tenant string, p events.Priority, seq uint64, at time
 		ts.live.addBody(seq, at, body, indexMaxRuns)
 	}
 	if ts.cursor == 0 && ts.sighted == nil && !ts.unseeded && !x.replay && x.d.sight != nil && x.d.owns(tenant, x.name) {
-		ts.sighted = x.d.sight.add(x, ts)
+		if ts.sighted = x.d.sight.add(x, ts); ts.sighted != nil {
+			x.holdForSight(ts)
+		}
 	}
 	ts.bells++
 	if seq > ts.lastSeq {

@@ -130,6 +130,7 @@ type hooks struct {
 	takeOver       func(parts []int)                       // partitions gained are about to be scanned and read
 	backfill       func(parts []int, over <-chan struct{}) // a backfill of parts started; over closes when it is
 	probe          func(tenant string)                     // a scan is about to count tenant's backlog
+	sight          func(dest string, tenants []string)     // a first-sight load of tenants is about to be read
 }
 
 // New returns a Dispatcher. It does nothing until Run.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
 	"github.com/fairwayhq/fairway/internal/dispatch/scheduler"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
 	"github.com/fairwayhq/fairway/pkg/events"
 	"github.com/fairwayhq/fairway/pkg/tenancy"
@@ -296,6 +297,62 @@ func TestLateArrival(t *testing.T) {
 		t.Fatalf("a got %d batches after b arrived and before b's one event; want at most ⌈weight⌉ = %d", itemsA, weightA)
 	}
 	t.Logf("a dispatched %d batches between b's arrival and b's dispatch (bound %d)", itemsA, weightA)
+}
+
+// A tenant first seen waits for its first-sight load out of the rounds
+// (holdForSight), and a grant that comes before the load gives its place
+// back (waitForSight): with one place, a known tenant's event is
+// dispatched while the new tenant's load is held up, and the new
+// tenant's once the load is in.
+func TestWaitForSightFreesThePlace(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Minute)
+	e.tenant("fresh", 1, 10, pg)
+	e.tenant("known", 1, 10, pg)
+	e.publish("known", 1) // counted by the start-up scan: no first-sight load
+
+	loading, load := make(chan struct{}), make(chan struct{})
+	granted := make(chan struct{})
+	var loadOnce, grantOnce sync.Once
+	e.start(&dispatch.Config{Dests: []string{pg}, Concurrency: 1}, func(d *dispatch.Dispatcher) {
+		d.SetSight(func(_ string, tenants []string) {
+			if slices.Contains(tenants, "fresh") {
+				loadOnce.Do(func() { close(loading) })
+				<-load
+			}
+		})
+		d.SetBeforeDispatch(func(g scheduler.Grant) {
+			if g.Key.Tenant == "fresh" {
+				grantOnce.Do(func() { close(granted) })
+			}
+		})
+	})
+	release := sync.OnceFunc(func() { close(load) })
+	defer release()
+	dispatched := func(tenant string, n int) func() bool {
+		return func() bool {
+			c := 0
+			for _, it := range e.workItems(1, e.workLastSeq()) {
+				if it.Tenant == tenant {
+					c += it.Count
+				}
+			}
+			return c >= n
+		}
+	}
+	e.waitFor("known's first event dispatched", dispatched("known", 1))
+	e.publish("fresh", 1)
+	<-loading // fresh's load is held up
+	<-granted // and its grant has begun
+	e.publish("known", 1)
+	testenv.Eventually(t, 10*time.Second, "known's second event dispatched while fresh's load is held up", func() error {
+		if !dispatched("known", 2)() {
+			return errors.New("not on WORK")
+		}
+		return nil
+	})
+	release()
+	e.waitFor("fresh's event dispatched once its load is in", dispatched("fresh", 1))
 }
 
 // A lone tenant with limit 4 gets exactly 4 slots busy, never a 5th, and a

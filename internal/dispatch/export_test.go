@@ -22,6 +22,9 @@ func (d *Dispatcher) SetProbe(f func(tenant string))              { d.hooks.prob
 func (d *Dispatcher) SetBackfill(f func(parts []int, over <-chan struct{})) {
 	d.hooks.backfill = f
 }
+func (d *Dispatcher) SetSight(f func(dest string, tenants []string)) {
+	d.hooks.sight = f
+}
 
 // Feeds returns how many replay feeds are running.
 func (d *Dispatcher) Feeds() float64 { return testutil.ToFloat64(d.m.feeds) }

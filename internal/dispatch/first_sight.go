@@ -16,8 +16,8 @@ import (
 // new states, those of many tenants in one query, so that a tenant first
 // seen while thousands appear at once is scheduled at its own weight and
 // dispatched at its own rate from its first events, and its first grant
-// waits for one query shared with the others rather than spending a
-// round trip of its own on its cursor.
+// waits, out of the rounds (holdForSight), for one query shared with the
+// others rather than spending a round trip of its own on its cursor.
 type firstSight struct {
 	mu     sync.Mutex
 	queued map[*destination]*sightBatch
@@ -106,7 +106,11 @@ func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenant
 	x.mu.Lock()
 	asOf := loadedAsOf{grants: x.grants, seeds: x.seeds}
 	x.mu.Unlock()
-	pss, err := d.st.PairStatesOf(ctx, x.name, slices.Compact(tenants))
+	tenants = slices.Compact(tenants)
+	if h := d.hooks.sight; h != nil {
+		h(x.name, tenants)
+	}
+	pss, err := d.st.PairStatesOf(ctx, x.name, tenants)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("loading new tenants' pairs failed; their grants read their cursors", "dest", x.name, "tenants", len(tenants), "err", err)
@@ -115,8 +119,10 @@ func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenant
 		x.mu.Lock()
 		for _, ts := range states {
 			ts.sighted = nil
+			x.endHold(x.key(ts.tenant), ts, ts.sightHold) // its grant reads the cursor
 		}
 		x.mu.Unlock()
+		x.kick()
 		return
 	}
 	x.learned(states, pss, asOf)
@@ -142,7 +148,8 @@ func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, as
 	for _, ts := range states {
 		ps, ok := byTenant[ts.tenant]
 		if !ok {
-			continue // its grant reads the cursor
+			x.endHold(x.key(ts.tenant), ts, ts.sightHold) // its grant reads the cursor
+			continue
 		}
 		x.setPairOf(ps, func(s *tenantState) bool { return s.seededAt <= asOf.seeds })
 		backlog := ts.backlog
@@ -154,6 +161,7 @@ func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, as
 		if !ts.unseeded {
 			x.setBacklog(ts, backlog) // and its weight
 		}
+		x.endHold(x.key(ts.tenant), ts, ts.sightHold)
 	}
 	x.mu.Unlock()
 	x.kick()

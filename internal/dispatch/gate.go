@@ -126,6 +126,55 @@ func (x *destination) endHold(k scheduler.Key, ts *tenantState, h uint64) {
 	x.sched.SetBlocked(k, false)
 }
 
+// sightWaitMax is how long a tenant first seen waits out of the rounds for
+// its first-sight load at most (holdForSight, waitForSight) before it is
+// granted, or tried again.
+const sightWaitMax = 250 * time.Millisecond
+
+// holdForSight keeps a tenant first seen since the scan out of the rounds
+// until its cursor, weight and rate are loaded (firstSight; learned ends
+// the hold), or sightWaitMax has passed. Its first grant is then sized by
+// its own weight, and while thousands of tenants appear at once (a
+// dispatcher's start, a sync storm), those still waiting for their loads
+// take no place in the destination's Concurrency from a tenant whose load
+// is in. x.mu must be held.
+func (x *destination) holdForSight(ts *tenantState) {
+	k := x.key(ts.tenant)
+	ts.blocked, ts.held = true, true
+	ts.hold++
+	h := ts.hold
+	ts.sightHold = h
+	x.sched.SetBlocked(k, true)
+	time.AfterFunc(sightWaitMax, func() {
+		x.mu.Lock()
+		x.endHold(k, ts, h)
+		x.mu.Unlock()
+		x.kick()
+	})
+}
+
+// waitForSight holds back a grant of a tenant whose first-sight load is
+// still on its way (its holdForSight ended first), until loaded closes or
+// sightWaitMax has passed, rather than wait for it in the grant, holding
+// a place in the destination's Concurrency.
+func (x *destination) waitForSight(k scheduler.Key, ts *tenantState, loaded <-chan struct{}) {
+	x.mu.Lock()
+	x.holdBack(k, ts, sightWaitMax)
+	h := ts.hold
+	x.mu.Unlock()
+	go func() {
+		select {
+		case <-loaded:
+		case <-time.After(sightWaitMax): // holdBack's own timer ends the hold
+			return
+		}
+		x.mu.Lock()
+		x.endHold(k, ts, h)
+		x.mu.Unlock()
+		x.kick()
+	}()
+}
+
 // backfillWaitMax is how long a grant held back for the start-up backfill
 // (waitForBackfill) waits at most.
 const backfillWaitMax = 250 * time.Millisecond

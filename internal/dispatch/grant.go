@@ -120,7 +120,9 @@ func (x *destination) plan(ctx context.Context, g scheduler.Grant, ts *tenantSta
 		// their way (firstSight), with other new tenants'.
 		select {
 		case <-sighted:
-		case <-ctx.Done(): // the read below fails and sets the grant aside
+		default:
+			x.waitForSight(k, ts, sighted)
+			return nil, false
 		}
 		x.mu.Lock()
 		p.from = ts.cursor
