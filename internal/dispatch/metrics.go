@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "scheduler_active", Help: "Tenants with backlog waiting their turn."}, []string{"dest"}),
 		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "scheduler_blocked", Help: "Tenants skipped at their slot limit."}, []string{"dest"}),
+			Name: "scheduler_blocked", Help: "Tenants skipped: at their slot limit, or held back a moment (a replay's rate, a wait for the backfill or a first-sight load, an error)."}, []string{"dest"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "in_flight", Help: "Grants being dispatched right now."}, []string{"dest"}),
 		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
