@@ -119,7 +119,7 @@ func (d *Dispatcher) learn(ctx context.Context, x *destination, states []*tenant
 		x.mu.Lock()
 		for _, ts := range states {
 			ts.sighted = nil
-			x.endHold(x.key(ts.tenant), ts, ts.sightHold) // its grant reads the cursor
+			x.endSightHold(ts) // its grant reads the cursor
 		}
 		x.mu.Unlock()
 		x.kick()
@@ -148,7 +148,7 @@ func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, as
 	for _, ts := range states {
 		ps, ok := byTenant[ts.tenant]
 		if !ok {
-			x.endHold(x.key(ts.tenant), ts, ts.sightHold) // its grant reads the cursor
+			x.endSightHold(ts) // its grant reads the cursor
 			continue
 		}
 		x.setPairOf(ps, func(s *tenantState) bool { return s.seededAt <= asOf.seeds })
@@ -161,7 +161,7 @@ func (x *destination) learned(states []*tenantState, pss []tenancy.PairState, as
 		if !ts.unseeded {
 			x.setBacklog(ts, backlog) // and its weight
 		}
-		x.endHold(x.key(ts.tenant), ts, ts.sightHold)
+		x.endSightHold(ts)
 	}
 	x.mu.Unlock()
 	x.kick()

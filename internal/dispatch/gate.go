@@ -100,19 +100,31 @@ func (x *destination) throttle(k scheduler.Key, ts *tenantState, wait time.Durat
 // the rounds for at most wait (a hold: tenantState.hold). Unlike a slot
 // limit's block, a hold's end says nothing about the tenant's slots. x.mu
 // must be held.
-func (x *destination) holdBack(k scheduler.Key, ts *tenantState, wait time.Duration) {
+func (x *destination) holdBack(k scheduler.Key, ts *tenantState, wait time.Duration) (h uint64) {
 	ts.granted = false
+	h = x.hold(k, ts, wait)
+	_ = x.sched.Done(k, 0, 0)
+	return h
+}
+
+// hold keeps the tenant out of the rounds until its hold h, which it
+// returns, ends (endHold), at the latest after wait. x.mu must be held.
+func (x *destination) hold(k scheduler.Key, ts *tenantState, wait time.Duration) (h uint64) {
 	ts.blocked, ts.held = true, true
 	ts.hold++
-	h := ts.hold
+	h = ts.hold
 	x.sched.SetBlocked(k, true)
-	_ = x.sched.Done(k, 0, 0)
-	time.AfterFunc(wait, func() {
-		x.mu.Lock()
-		x.endHold(k, ts, h)
-		x.mu.Unlock()
-		x.kick()
-	})
+	time.AfterFunc(wait, func() { x.endHoldAndWake(k, ts, h) })
+	return h
+}
+
+// endHoldAndWake is endHold for a caller without x.mu (a hold's timer, a
+// load that came in), and wakes the destination.
+func (x *destination) endHoldAndWake(k scheduler.Key, ts *tenantState, h uint64) {
+	x.mu.Lock()
+	x.endHold(k, ts, h)
+	x.mu.Unlock()
+	x.kick()
 }
 
 // endHold puts the tenant back in the rounds if hold h is still on. x.mu
@@ -133,24 +145,18 @@ const sightWaitMax = 250 * time.Millisecond
 
 // holdForSight keeps a tenant first seen since the scan out of the rounds
 // until its cursor, weight and rate are loaded (firstSight; learned ends
-// the hold), or sightWaitMax has passed. Its first grant is then sized by
-// its own weight, and while thousands of tenants appear at once (a
-// dispatcher's start, a sync storm), those still waiting for their loads
-// take no place in the destination's Concurrency from a tenant whose load
-// is in. x.mu must be held.
+// the hold), or sightWaitMax has passed, so that while thousands of
+// tenants appear at once (a dispatcher's start, a sync storm), those
+// still waiting for their loads take no place in the destination's
+// Concurrency from a tenant whose load is in. x.mu must be held.
 func (x *destination) holdForSight(ts *tenantState) {
-	k := x.key(ts.tenant)
-	ts.blocked, ts.held = true, true
-	ts.hold++
-	h := ts.hold
-	ts.sightHold = h
-	x.sched.SetBlocked(k, true)
-	time.AfterFunc(sightWaitMax, func() {
-		x.mu.Lock()
-		x.endHold(k, ts, h)
-		x.mu.Unlock()
-		x.kick()
-	})
+	ts.sightHold = x.hold(x.key(ts.tenant), ts, sightWaitMax)
+}
+
+// endSightHold ends ts's holdForSight, if it is still on: its load is in,
+// or failed and its grant reads the cursor. x.mu must be held.
+func (x *destination) endSightHold(ts *tenantState) {
+	x.endHold(x.key(ts.tenant), ts, ts.sightHold)
 }
 
 // waitForSight holds back a grant of a tenant whose first-sight load is
@@ -159,19 +165,14 @@ func (x *destination) holdForSight(ts *tenantState) {
 // a place in the destination's Concurrency.
 func (x *destination) waitForSight(k scheduler.Key, ts *tenantState, loaded <-chan struct{}) {
 	x.mu.Lock()
-	x.holdBack(k, ts, sightWaitMax)
-	h := ts.hold
+	h := x.holdBack(k, ts, sightWaitMax)
 	x.mu.Unlock()
 	go func() {
 		select {
 		case <-loaded:
+			x.endHoldAndWake(k, ts, h)
 		case <-time.After(sightWaitMax): // holdBack's own timer ends the hold
-			return
 		}
-		x.mu.Lock()
-		x.endHold(k, ts, h)
-		x.mu.Unlock()
-		x.kick()
 	}()
 }
 
