@@ -283,15 +283,17 @@ func TestConnectNATSKeepsReconnecting(t *testing.T) {
 	srv.WaitForShutdown()
 
 	usersServer(t, port, "pw")
-	testenv.Eventually(t, 15*time.Second, "a reconnect once the server accepts the password again", func() error {
-		if !nc.IsConnected() {
-			return fmt.Errorf("logs:\n%s", logs.String())
+	testenv.Eventually(t, 15*time.Second, "a reconnect once the server accepts the password again, logged", func() error {
+		switch {
+		case !nc.IsConnected():
+			return fmt.Errorf("not connected; logs:\n%s", logs.String())
+		case !strings.Contains(logs.String(), "nats reconnected"):
+			// The reconnect callback runs asynchronously, after
+			// IsConnected already says so.
+			return fmt.Errorf("reconnect not logged:\n%s", logs.String())
 		}
 		return nil
 	})
-	if !strings.Contains(logs.String(), "nats reconnected") {
-		t.Errorf("reconnect not logged:\n%s", logs.String())
-	}
 	before := logs.String()
 	nc.Close()
 	time.Sleep(100 * time.Millisecond) // the disconnect callback runs asynchronously
