@@ -627,10 +627,19 @@ func TestBackfillOfAQuietPartitionEnds(t *testing.T) {
 	seqs := e.publishAll(order)
 	s := e.startSink(pg, 2, nil, func() time.Duration { return 0 })
 
+	// Both are recorded alive before either starts, so that each one's
+	// first view holds both and each reads only its own partitions from
+	// the start, whichever beats first (else one alone drains the
+	// other's); heartbeats 10 s apart keep that view for the test.
+	for _, h := range holders {
+		if _, err := e.st.Heartbeat(e.ctx, h, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var mu sync.Mutex
 	var backfilled [][]int
 	for _, h := range holders {
-		e.start(&dispatch.Config{Dests: []string{pg}, Holder: h, BatchSize: 10, Backfill: 50, Heartbeat: time.Second, PollInterval: time.Hour},
+		e.start(&dispatch.Config{Dests: []string{pg}, Holder: h, BatchSize: 10, Backfill: 50, Heartbeat: 10 * time.Second, PollInterval: time.Hour},
 			func(d *dispatch.Dispatcher) {
 				if h != "disp-a" {
 					return
