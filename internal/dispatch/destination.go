@@ -74,6 +74,7 @@ type tenantState struct {
 	// replay lane (every priority).
 	prio    events.Priority
 	backlog int64  // what this state last told the scheduler (setBacklog)
+	told    int    // the weight it last told the scheduler with its backlog
 	cursor  uint64 // next sequence to dispatch; 0 = not loaded yet
 	lastSeq uint64 // highest sequence the doorbell saw, or at least the last of the scan's backlog
 	weight  int
@@ -302,7 +303,7 @@ func (x *destination) setBacklog(ts *tenantState, n int64) { x.setBacklogPlus(ts
 // the caller's scheduler.Done is about to take off (the events a grant
 // dispatched). x.mu must be held.
 func (x *destination) setBacklogPlus(ts *tenantState, n, plus int64) {
-	ts.backlog = n
+	ts.backlog, ts.told = n, ts.weight
 	total := plus
 	for _, s := range x.lanesOf(ts.tenant) {
 		if !s.unseeded { // in the rounds once its scan is over (survey.open)
@@ -472,7 +473,11 @@ func (x *destination) bell(tenant string, p events.Priority, seq uint64, at time
 		ts.lastSeq = seq
 	}
 	if seq >= ts.cursor && !ts.unseeded { // cursor 0 (unknown) counts too
-		x.setBacklog(ts, x.waiting(ts))
+		// Unchanged, as through most of a backfill (waiting counts what
+		// the scan counted then), the scheduler has it already.
+		if n := x.waiting(ts); n != ts.backlog || ts.weight != ts.told {
+			x.setBacklog(ts, n)
+		}
 	}
 	x.mu.Unlock()
 	x.kick()
