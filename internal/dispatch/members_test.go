@@ -363,6 +363,20 @@ func TestPartitionsSplitEvenly(t *testing.T) {
 	}
 }
 
+// alive records holders as dispatchers alive before any of them starts,
+// so that each one's first view holds them all and each reads only its
+// own partitions from the start, whichever beats first: a dispatcher
+// that saw itself alone would read every partition and could drain the
+// others' backlog before they joined.
+func (e *env) alive(holders ...string) {
+	e.t.Helper()
+	for _, h := range holders {
+		if _, err := e.st.Heartbeat(e.ctx, h, time.Minute); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 // A dispatcher that reads its partitions apart backfills them one at a
 // time: each backfill is filtered on its partition and makes the server
 // walk the whole backlog, and several at once delayed the doorbells' live
@@ -374,10 +388,12 @@ func TestPartitionBackfillsRunInTurn(t *testing.T) {
 	applied := e.backfillBacklog()
 
 	counts := map[string]*backfillsAtOnce{}
-	for _, h := range []string{"disp-a", "disp-b"} {
+	holders := []string{"disp-a", "disp-b"}
+	e.alive(holders...)
+	for _, h := range holders {
 		c := &backfillsAtOnce{}
 		counts[h] = c
-		e.start(&dispatch.Config{Dests: []string{pg}, Holder: h, Heartbeat: time.Second, PollInterval: time.Hour}, func(d *dispatch.Dispatcher) {
+		e.start(&dispatch.Config{Dests: []string{pg}, Holder: h, Heartbeat: 10 * time.Second, PollInterval: time.Hour}, func(d *dispatch.Dispatcher) {
 			d.SetBackfill(func(parts []int, over <-chan struct{}) {
 				if len(parts) == 1 { // a dispatcher owning every partition reads them as one
 					c.begin(parts, over, nil)
@@ -627,15 +643,8 @@ func TestBackfillOfAQuietPartitionEnds(t *testing.T) {
 	seqs := e.publishAll(order)
 	s := e.startSink(pg, 2, nil, func() time.Duration { return 0 })
 
-	// Both are recorded alive before either starts, so that each one's
-	// first view holds both and each reads only its own partitions from
-	// the start, whichever beats first (else one alone drains the
-	// other's); heartbeats 10 s apart keep that view for the test.
-	for _, h := range holders {
-		if _, err := e.st.Heartbeat(e.ctx, h, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Heartbeats 10 s apart keep the first view for the test.
+	e.alive(holders...)
 	var mu sync.Mutex
 	var backfilled [][]int
 	for _, h := range holders {
