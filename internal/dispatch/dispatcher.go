@@ -524,11 +524,13 @@ const publishAttemptTimeout = 2 * time.Second
 
 // publish hands it to WORK, retrying transient failures (same Msg-Id, so a
 // retry of a publish that did land is a duplicate) until PublishTimeout,
-// and returns the item's stream sequence.
-func (d *Dispatcher) publish(ctx context.Context, it work.Item) (seq uint64, size int, err error) {
-	msg, err := it.Msg()
-	if err != nil {
-		return 0, 0, err
+// and returns the item's stream sequence. msg is it.Msg() when the caller
+// has it already, else nil.
+func (d *Dispatcher) publish(ctx context.Context, it work.Item, msg *nats.Msg) (seq uint64, size int, err error) {
+	if msg == nil {
+		if msg, err = it.Msg(); err != nil {
+			return 0, 0, err
+		}
 	}
 	if d.traces != nil {
 		d.traces.markItem(ctx, it, msg.Header)

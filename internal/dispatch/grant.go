@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
@@ -360,12 +361,17 @@ func (x *destination) publishItems(ctx context.Context, p *grant, leases []tenan
 			LeaseID: l.ID, Token: l.Token, DispatchedAt: at, Replay: l.FromSeq < p.replayUntil, Priority: p.ts.prio,
 			CaughtUp: i == len(p.ranges)-1 && p.caughtUp,
 		}
+		var msg *nats.Msg // the item's message, when encoding it decided that it carries its bodies
 		if p.bodies != nil && p.bodies[i] != nil {
 			carrying := it
 			carrying.Bodies, carrying.Seqs, carrying.Times = p.bodies[i], nil, nil
-			if carrying.EncodedSize() <= d.maxItem {
+			m, err := carrying.Msg()
+			switch {
+			case err != nil: // publish reports it
 				it = carrying
-			} else { // too large to carry: the sink reads it, bare
+			case len(m.Data) <= d.maxItem:
+				it, msg = carrying, m
+			default: // too large to carry: the sink reads it, bare
 				it.Times = bodyTimes(p.bodies[i])
 			}
 		}
@@ -374,8 +380,8 @@ func (x *destination) publishItems(ctx context.Context, p *grant, leases []tenan
 		} else {
 			d.m.priorities.WithLabelValues(x.name, string(it.Priority)).Add(float64(it.Count))
 		}
-		wg.Go(func() {
-			seq, size, err := d.publish(ctx, it)
+		publish := func() {
+			seq, size, err := d.publish(ctx, it, msg)
 			if err != nil {
 				d.log.Warn("work item not published; handing the batch back", "item", it.MsgID(), "err", err)
 				d.m.errors.WithLabelValues(x.name, "publish").Inc()
@@ -386,7 +392,14 @@ func (x *destination) publishItems(ctx context.Context, p *grant, leases []tenan
 			items.Add(1)
 			d.m.items.WithLabelValues(x.name).Inc()
 			d.m.events.WithLabelValues(x.name).Add(float64(it.Count))
-		})
+		}
+		// The last item goes out on this goroutine, whose stack has
+		// grown for the grant already: most grants are one item.
+		if i == len(leases)-1 {
+			publish()
+		} else {
+			wg.Go(publish)
+		}
 	}
 	wg.Wait()
 	if span != nil {

@@ -138,7 +138,7 @@ func (d *Dispatcher) redispatch(ctx context.Context, x *destination, o tenancy.O
 		Tenant: o.Tenant, Dest: o.Dest, FromSeq: lease.FromSeq, ToSeq: lease.ToSeq, Count: n,
 		LeaseID: lease.ID, Token: lease.Token, DispatchedAt: d.cfg.Clock().UTC(), Replay: o.Slot < 0, Priority: o.Priority,
 	}
-	seq, size, err := d.publish(ctx, it)
+	seq, size, err := d.publish(ctx, it, nil)
 	if err != nil {
 		d.m.errors.WithLabelValues(x.name, "publish").Inc()
 		d.handBack(lease)

@@ -65,8 +65,9 @@ const BodyOverhead = 2*binary.MaxVarintLen64 + 1
 // format byte, the head's length and the head, and the message's
 // Nats-Msg-Id header (Item.MsgID), which counts towards the server's max
 // payload too. A dispatcher keeps ItemOverhead plus its bodies' WireSize
-// at most the server's max payload (nats.Conn.MaxPayload), or checks
-// Item.EncodedSize before it publishes.
+// at most the server's max payload (nats.Conn.MaxPayload), or checks the
+// length of the encoded message before it publishes (Item.Msg; without
+// copying the bodies, Item.EncodedSize).
 const ItemOverhead = 1024
 
 // WireSize is the most bytes b takes in an item: the frame's steps (at
