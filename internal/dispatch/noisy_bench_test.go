@@ -31,8 +31,9 @@ import (
 //     alternate one by one, as two catalogs imported at once would: no
 //     backlog is one run then, and the dispatcher cuts it from the
 //     sequences its doorbell and start-up backfill deliver;
-//   - 100 small tenants each publish 5 events/s for FAIRWAY_BENCH_WINDOW
-//     (default 20s) from the moment the clock starts;
+//   - 100 small tenants (FAIRWAY_BENCH_SMALL_TENANTS) each publish 5
+//     events/s for FAIRWAY_BENCH_WINDOW (default 20s) from the moment the
+//     clock starts;
 //   - one destination, 16 sink workers, apply time applyCost(n) = 1ms +
 //     20µs per event of a batch (a PostgreSQL upsert's round trip plus its
 //     per-row cost);
@@ -88,7 +89,7 @@ func BenchmarkNoisyNeighbor(b *testing.B) {
 	cfg := noisyConfig{
 		noisyN:      testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_EVENTS", 1_000_000),
 		window:      testenv.EnvDuration(b, "FAIRWAY_BENCH_WINDOW", 20*time.Second),
-		small:       100,
+		small:       testenv.EnvInt(b, "FAIRWAY_BENCH_SMALL_TENANTS", 100),
 		perSec:      5,
 		workers:     16,
 		limit:       testenv.EnvInt(b, "FAIRWAY_BENCH_NOISY_LIMIT", 16),
