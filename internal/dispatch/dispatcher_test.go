@@ -647,8 +647,9 @@ func TestNewTenantsCutFromTheIndex(t *testing.T) {
 // batches span twice their count, and the sink reads the range, keeping
 // the listed events (up to work.SeqsMax); twenty tenants' small batches
 // (work.SeqsSmall) span twenty times their count, and the sink looks each
-// listed sequence up. Neither makes the server scan the range with a
-// subject filter.
+// listed sequence up, as it does for two hundred tenants' larger batches,
+// which span two hundred times their count (work.LookupRead). None makes
+// the server scan the range with a subject filter.
 func TestInterleavedBatchesListed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -659,6 +660,7 @@ func TestInterleavedBatchesListed(t *testing.T) {
 	}{
 		{"two tenants", 2, 1200, 200, 12},
 		{"twenty tenants", 20, 150, work.SeqsSmall, 0},
+		{"two hundred tenants", 200, 100, 100, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -333,14 +333,15 @@ func caughtUp(source string, pending uint64, backDone bool) bool {
 // listSeqs says whether a batch's work item lists its sequences
 // (work.Item.Seqs): a batch whose range holds other tenants' events, which
 // a sink would otherwise read with a filtered scan of the range, with
-// headers. A small one it reads by lookups of its sequences; one over at
-// most 4 times its count of sequences (tenants whose floods interleave) as
-// the whole range without headers, keeping the listed events
-// (work.RangeRead).
+// headers. A small one it reads by lookups of its sequences, and so one
+// spread over the stream among hundreds of other tenants' events
+// (work.LookupRead); one over at most 4 times its count of sequences
+// (tenants whose floods interleave) as the whole range without headers,
+// keeping the listed events (work.RangeRead).
 func listSeqs(r tenancy.Range, count int) bool {
 	width := r.To - r.From + 1
 	if uint64(count) >= width {
 		return false // dense
 	}
-	return count <= work.SeqsSmall || count <= work.SeqsMax && work.RangeRead(count, width)
+	return count <= work.SeqsSmall || count <= work.SeqsMax && (work.RangeRead(count, width) || work.LookupRead(count, width))
 }

@@ -116,7 +116,7 @@ func (t *Times) At(i int) time.Time {
 const SeqsMax = 1000
 
 // SeqsSmall is the most sequences the dispatcher lists for a batch that
-// RangeRead does not read as a range: the sink then looks each up.
+// neither RangeRead nor LookupRead takes: the sink then looks each up.
 const SeqsSmall = 64
 
 // Validate checks the fields a sink relies on.

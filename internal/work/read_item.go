@@ -232,6 +232,23 @@ func RangeRead(count int, width uint64) bool {
 	return count > 0 && width <= 4*uint64(count)
 }
 
+// LookupSpread is how many sequences per event an item's range must span
+// for LookupRead.
+const LookupSpread = 128
+
+// LookupRead says whether an item of count events over width sequences
+// costs the server less read by a lookup per event than by a scan of its
+// range with the tenant's subject filter: when the range spans at least
+// LookupSpread sequences per event, as a batch of a tenant whose events
+// interleave with hundreds of others' does. A lookup costs the server the
+// same wherever the event lies; the scan passes over every message of the
+// range, and past about a hundred messages an event it costs more than
+// the lookups (BenchmarkSparseItemRead). The dispatcher lists such an
+// item's sequences up to SeqsMax; ReadItem then looks each up.
+func LookupRead(count int, width uint64) bool {
+	return count > 0 && width >= LookupSpread*uint64(count)
+}
+
 // ReadItemHeaders reads it's events with their headers (subject, store
 // time, the publisher's headers); ReadItem does so for items without Times.
 func (r *Reader) ReadItemHeaders(ctx context.Context, it Item) ([]Stored, error) {
