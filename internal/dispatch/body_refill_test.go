@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,13 +35,7 @@ func TestBodiesPastTheBudgetAreRefilled(t *testing.T) {
 	s := e.startSink(pg, 2, nil, func() time.Duration { return 2 * time.Millisecond })
 	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, BodyBudget: budget}, nil)
 	total := len(tenants) * perTenant
-	e.waitFor("every event applied", func() bool {
-		n := 0
-		for _, it := range s.snapshot() {
-			n += it.Count
-		}
-		return n >= total
-	})
+	e.waitFor("every event applied", func() bool { return s.total() >= total })
 	items := s.snapshot()
 	checkExactlyOnce(t, items, seqs, false)
 	rd := work.NewReader(e.nc, "")
@@ -65,4 +60,50 @@ func TestBodiesPastTheBudgetAreRefilled(t *testing.T) {
 	if d.Refilled() == 0 {
 		t.Error("no body was refilled: the budget did not overflow, and the test shows nothing")
 	}
+}
+
+// Four tenants with two batches each waiting, interleaved event by
+// event: while the backfill has rung only half a batch of each, their
+// grants wait for the rest, unless half the body budget is held. Here
+// it is, and the backfill stops there: the grants cut what the index
+// has, which gives the bodies back, instead of waiting for the backfill
+// to ring more into a budget that would overflow.
+func TestBackfillDoesNotHoldBodiesPastHalfTheBudget(t *testing.T) {
+	t.Parallel()
+	const (
+		perTenant = 400
+		batch     = 200
+		paused    = 400 // events the backfill rings before it stops: 100 of each tenant
+	)
+	e := setup(t, time.Minute)
+	tenants := []string{"t0", "t1", "t2", "t3"}
+	for _, id := range tenants {
+		e.tenant(id, 1, 1000, pg)
+	}
+	seqs := e.interleave(perTenant, tenants, 1, 1, 1, 1)
+	// Room for about 600 bodies: the 400 rung are past half of it.
+	budget := int64(600 * (160 + 150))
+	s := e.startSink(pg, 2, nil, func() time.Duration { return 0 })
+	resume := make(chan struct{})
+	var rung atomic.Int64
+	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, BodyBudget: budget}, func(d *dispatch.Dispatcher) {
+		d.SetBackfillBell(func(uint64) {
+			if rung.Add(1) == paused+1 {
+				<-resume
+			}
+		})
+	})
+	e.waitFor("the backfill stopped", func() bool { return rung.Load() > paused })
+	deadline := time.Now().Add(2 * time.Second)
+	for len(s.snapshot()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	during := len(s.snapshot())
+	close(resume)
+	if during == 0 {
+		t.Errorf("no item dispatched in 2 s while the backfill held %d bodies of a budget for about 600: the grants waited for more", paused)
+	}
+	e.waitFor("every event applied", func() bool { return s.total() >= len(tenants)*perTenant })
+	checkExactlyOnce(t, s.snapshot(), seqs, false)
+	t.Logf("%d items while the backfill stood; %.0f bodies refilled", during, d.Refilled())
 }

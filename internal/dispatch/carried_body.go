@@ -145,3 +145,10 @@ func (bb *bodyBudget) inGap(seq uint64) bool {
 	defer bb.mu.Unlock()
 	return bb.gap.from != 0 && seq >= bb.gap.from && seq <= bb.gap.to
 }
+
+// pressed says whether half the budget or more is in use (never when the
+// budget is off): bodies held back for more of a backlog to come would
+// soon not fit, and the events after them would go without theirs.
+func (bb *bodyBudget) pressed() bool {
+	return bb != nil && bb.max > 0 && bb.used.Load() >= bb.max/2
+}

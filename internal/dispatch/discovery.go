@@ -566,6 +566,9 @@ func (d *Dispatcher) startDoorbell(ctx context.Context, from, until uint64, part
 		if !backfill {
 			bellSeq.Store(seq)
 		}
+		if h := d.hooks.backfillBell; h != nil && backfill {
+			h(seq)
+		}
 		tenant, op, prio, ok := parseSubject(m.Subject())
 		if ok && backfill {
 			d.parts.parts[d.parts.layout.PartitionOf(tenant)].backSeq.Store(seq)

@@ -129,6 +129,7 @@ type hooks struct {
 	atLimit        func(scheduler.Key)                     // a grant found its slot limit; its end not yet reported
 	takeOver       func(parts []int)                       // partitions gained are about to be scanned and read
 	backfill       func(parts []int, over <-chan struct{}) // a backfill of parts started; over closes when it is
+	backfillBell   func(seq uint64)                        // the backfill is about to ring the event at seq
 	probe          func(tenant string)                     // a scan is about to count tenant's backlog
 	sight          func(dest string, tenants []string)     // a first-sight load of tenants is about to be read
 }

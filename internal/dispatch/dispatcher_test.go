@@ -188,13 +188,7 @@ func weightedInterleaved(t *testing.T, live bool) {
 	}
 	t.Logf("first %d events applied: weight 1 %d, 2 %d, 4 %d", n, group[1], group[2], group[4])
 
-	e.waitFor("every event applied", func() bool {
-		m := 0
-		for _, it := range s.snapshot() {
-			m += it.Count
-		}
-		return m >= len(tenants)*backlog
-	})
+	e.waitFor("every event applied", func() bool { return s.total() >= len(tenants)*backlog })
 	checkExactlyOnce(t, s.snapshot(), seqs, false)
 	if r := d.Recovered(pg); r != 0 {
 		t.Errorf("%.0f orphans re-dispatched", r)

@@ -22,6 +22,7 @@ func (d *Dispatcher) SetProbe(f func(tenant string))              { d.hooks.prob
 func (d *Dispatcher) SetBackfill(f func(parts []int, over <-chan struct{})) {
 	d.hooks.backfill = f
 }
+func (d *Dispatcher) SetBackfillBell(f func(seq uint64)) { d.hooks.backfillBell = f }
 func (d *Dispatcher) SetSight(f func(dest string, tenants []string)) {
 	d.hooks.sight = f
 }

@@ -374,6 +374,15 @@ func (s *sink) events(tenant string) int { return s.count(tenant, false) }
 // ended early by duplicates.
 func (s *sink) distinct(tenant string) int { return s.count(tenant, true) }
 
+// total counts the events of every item, every application counted.
+func (s *sink) total() int {
+	n := 0
+	for _, it := range s.snapshot() {
+		n += it.Count
+	}
+	return n
+}
+
 // count counts the events of tenant's items, each range once if once.
 func (s *sink) count(tenant string, once bool) int {
 	type rng struct {
