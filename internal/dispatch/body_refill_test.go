@@ -2,11 +2,13 @@ package dispatch_test
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fairwayhq/fairway/internal/dispatch"
+	"github.com/fairwayhq/fairway/internal/testenv"
 	"github.com/fairwayhq/fairway/internal/work"
 )
 
@@ -85,6 +87,8 @@ func TestBackfillDoesNotHoldBodiesPastHalfTheBudget(t *testing.T) {
 	budget := int64(600 * (160 + 150))
 	s := e.startSink(pg, 2, nil, func() time.Duration { return 0 })
 	resume := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(resume) }) }
 	var rung atomic.Int64
 	d := e.start(&dispatch.Config{Dests: []string{pg}, BatchSize: batch, PollInterval: time.Hour, BodyBudget: budget}, func(d *dispatch.Dispatcher) {
 		d.SetBackfillBell(func(uint64) {
@@ -93,16 +97,16 @@ func TestBackfillDoesNotHoldBodiesPastHalfTheBudget(t *testing.T) {
 			}
 		})
 	})
+	t.Cleanup(release) // before the dispatcher's stop, which the stopped backfill would hold up
 	e.waitFor("the backfill stopped", func() bool { return rung.Load() > paused })
-	deadline := time.Now().Add(2 * time.Second)
-	for len(s.snapshot()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 2*time.Second, "an item while the backfill stands", func() error {
+		if len(s.snapshot()) == 0 {
+			return fmt.Errorf("none, with %d bodies held of a budget for about 600: the grants wait for more", paused)
+		}
+		return nil
+	})
 	during := len(s.snapshot())
-	close(resume)
-	if during == 0 {
-		t.Errorf("no item dispatched in 2 s while the backfill held %d bodies of a budget for about 600: the grants waited for more", paused)
-	}
+	release()
 	e.waitFor("every event applied", func() bool { return s.total() >= len(tenants)*perTenant })
 	checkExactlyOnce(t, s.snapshot(), seqs, false)
 	t.Logf("%d items while the backfill stood; %.0f bodies refilled", during, d.Refilled())

@@ -193,16 +193,17 @@ const backfillReadMax = 16
 // whichever comes first (a hold: holdBack). While the backfill has more of
 // the backlog of a batch or more that the start-up scan counted for the
 // tenant to ring, every short grant waits; after that, or for a smaller
-// backlog, one does and the next cuts whatever is there. No grant the
-// index can cut for waits while half the body budget or more is held:
-// the bodies would overflow it. Floods whose events interleave were otherwise cut in short
-// batches at the backfill's pace, a grant, a PostgreSQL statement and a
-// work item each. A grant the index can cut nothing for (cutOK false)
-// waits too while the backfill has more than backfillReadMax of the
-// tenant's counted events to ring, instead of reading PRODUCTS with a
-// subject filter, which costs the server a load of every block holding
-// one of them: a flood's few hundred events interleaved with others' are
-// in every block of the backlog. That wait is the one a short grant
+// backlog, one does and the next cuts whatever is there. Floods whose
+// events interleave were otherwise cut in short batches at the
+// backfill's pace, a grant, a PostgreSQL statement and a work item each.
+// But no grant the index can cut for waits while half the body budget or
+// more is held: the bodies held for it would overflow the budget, and the
+// backfill's later events would go without theirs. A grant the index can
+// cut nothing for (cutOK false) waits too while the backfill has more
+// than backfillReadMax of the tenant's counted events to ring, instead of
+// reading PRODUCTS with a subject filter, which costs the server a load
+// of every block holding one of them: a flood's few hundred events
+// interleaved with others' are in every block of the backlog. That wait is the one a short grant
 // gets. A tenant with fewer to ring (events in few of the stream's
 // blocks, which the server skips) reads at once, so that its events do
 // not wait for the backfill to reach them.
@@ -225,10 +226,7 @@ func (x *destination) waitForBackfill(k scheduler.Key, ts *tenantState, cursor u
 		return false // cut by arithmetic, without a read
 	}
 	if cutOK && x.d.bodies.pressed() {
-		// Waiting would hold more bodies than the budget has room for,
-		// and the backfill's later events would go without theirs: cut
-		// what is there, which gives its bodies back.
-		return false
+		return false // cut what is there, which gives its bodies back
 	}
 	// What the backfill has yet to ring of the backlog the scan counted,
 	// less what the doorbell had rung of it (backLive).
